@@ -1,0 +1,117 @@
+"""lr-config: the contract of lr.
+
+Typed, versioned dataclasses for every setting and file, the `--a.b=value` flag parser,
+validation with errors that name the flag, topology and batch arithmetic, the accelerate
+environment guard, and launch-command building. Pure Python: importing it never imports
+torch.
+
+    >>> from lr_config import parse_train_config, validate
+    >>> cfg = parse_train_config(["--parallelism.dp_shard=-1", "--batch_size=4"])
+    >>> topo = validate(cfg, world_size=2)
+    >>> topo.layout
+    'fsdp2'
+"""
+
+from .configs import (
+    CHECKPOINT_FORMATS,
+    DEMO_REPO_ID,
+    POLICY_TYPES,
+    TRAIN_CONFIG_VERSION,
+    ACTConfig,
+    AcceleratorConfig,
+    ContextParallelConfig,
+    DatasetConfig,
+    DDPConfig,
+    FeatureSpec,
+    FSDPConfig,
+    GradientAccumulationConfig,
+    HubConfig,
+    MixedPrecisionPolicyConfig,
+    MLPConfig,
+    OptimizerConfig,
+    ParallelismConfig,
+    PeftConfig,
+    PolicyConfig,
+    PolicyConfigBase,
+    SchedulerConfig,
+    TrackioConfig,
+    TrainConfig,
+)
+from .env_guard import ALLOW_ENV, check_accelerate_env, refused_accelerate_vars
+from .errors import ConfigError, did_you_mean
+from .files import (
+    FILES_VERSION,
+    MetricsRecord,
+    RunStatus,
+    TrainingStep,
+    load_run_status,
+    load_training_step,
+    read_metrics,
+    save_run_status,
+    save_training_step,
+)
+from .flags import all_flag_paths, format_help, parse_train_config, split_flags
+from .launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
+from .serde import from_dict, load_json, make_converter, save_json, to_dict
+from .topology import Topology, banner_line, effective_batch, resolve_topology
+from .validate import check_repo_id, validate
+
+__all__ = [
+    "ALLOW_ENV",
+    "CHECKPOINT_FORMATS",
+    "DEMO_REPO_ID",
+    "FILES_VERSION",
+    "POLICY_TYPES",
+    "TRAIN_CONFIG_VERSION",
+    "ACTConfig",
+    "AcceleratorConfig",
+    "ConfigError",
+    "ContextParallelConfig",
+    "DDPConfig",
+    "DatasetConfig",
+    "FSDPConfig",
+    "FeatureSpec",
+    "GradientAccumulationConfig",
+    "HubConfig",
+    "LaunchSpec",
+    "MLPConfig",
+    "MetricsRecord",
+    "MixedPrecisionPolicyConfig",
+    "OptimizerConfig",
+    "ParallelismConfig",
+    "PeftConfig",
+    "PolicyConfig",
+    "PolicyConfigBase",
+    "RunStatus",
+    "SchedulerConfig",
+    "Topology",
+    "TrackioConfig",
+    "TrainConfig",
+    "TrainingStep",
+    "all_flag_paths",
+    "banner_line",
+    "build_launch",
+    "build_slurm_script",
+    "check_accelerate_env",
+    "check_repo_id",
+    "config_to_flags",
+    "did_you_mean",
+    "effective_batch",
+    "format_command",
+    "format_help",
+    "from_dict",
+    "load_json",
+    "load_run_status",
+    "load_training_step",
+    "make_converter",
+    "parse_train_config",
+    "read_metrics",
+    "refused_accelerate_vars",
+    "resolve_topology",
+    "save_json",
+    "save_run_status",
+    "save_training_step",
+    "split_flags",
+    "to_dict",
+    "validate",
+]

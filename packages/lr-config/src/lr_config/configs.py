@@ -1,0 +1,265 @@
+"""Every training setting as a typed, documented dataclass.
+
+`TrainConfig` is the whole surface of `lr-engine train`. Each field is a flag
+(`--accelerator.fsdp.min_num_params=...`); its `doc` metadata is the one line `--help`
+shows. Policies are a union tagged by `type` (`--policy.type=act|mlp`).
+
+Contract rules (ARCHITECTURE.md): saved files hold every field, unknown keys are errors,
+and every file carries `version`. Defaults here are what `uv run lr-engine train` runs:
+ACT on the embedded demo dataset, sized to train in about a minute on two CPU cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+__all__ = [
+    "CHECKPOINT_FORMATS",
+    "DEMO_REPO_ID",
+    "TRAIN_CONFIG_VERSION",
+    "ACTConfig",
+    "AcceleratorConfig",
+    "ContextParallelConfig",
+    "DDPConfig",
+    "DatasetConfig",
+    "FSDPConfig",
+    "FeatureSpec",
+    "GradientAccumulationConfig",
+    "HubConfig",
+    "MLPConfig",
+    "MixedPrecisionPolicyConfig",
+    "OptimizerConfig",
+    "ParallelismConfig",
+    "PeftConfig",
+    "PolicyConfig",
+    "PolicyConfigBase",
+    "SchedulerConfig",
+    "TrackioConfig",
+    "TrainConfig",
+    "POLICY_TYPES",
+]
+
+TRAIN_CONFIG_VERSION = 1
+DEMO_REPO_ID = "lr/demo_reach2d"
+CHECKPOINT_FORMATS = ("safetensors", "dcp", "safetensors_dcp")
+
+CheckpointFormat = Literal["safetensors", "dcp", "safetensors_dcp"]
+Precision = Literal["no", "bf16", "fp16"]
+DType = Literal["float32", "bfloat16", "float16"]
+FeatureType = Literal["STATE", "ENV", "VISUAL", "ACTION"]
+NormMode = Literal["mean_std", "min_max", "identity"]
+
+
+def doc(default: Any, text: str) -> Any:
+    """A dataclass field with a default and its one-line `--help` text."""
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+def sub(factory: Any, text: str) -> Any:
+    """A nested config field."""
+    return field(default_factory=factory, metadata={"doc": text})
+
+
+@dataclass
+class DatasetConfig:
+    repo_id: str = doc(DEMO_REPO_ID, "Dataset id; resolved in the local Hugging Face cache (no network). The default is the embedded demo, generated on first use.")
+    root: Path | None = doc(None, "Local folder of a LeRobot v3 dataset; overrides the cache lookup of repo_id.")
+    episodes: list[int] | None = doc(None, "Only these episode indices (JSON list); all when unset.")
+
+
+@dataclass
+class FeatureSpec:
+    type: FeatureType = doc("STATE", "STATE, ENV, VISUAL or ACTION.")
+    shape: list[int] = doc([], "Feature shape; images are [C, H, W].")
+
+
+def _default_norm() -> dict[str, NormMode]:
+    return {"STATE": "mean_std", "ENV": "mean_std", "VISUAL": "mean_std", "ACTION": "mean_std"}
+
+
+@dataclass
+class PolicyConfigBase:
+    """Fields every policy has. Subclasses add their architecture and set `type_name`."""
+
+    type_name: ClassVar[str] = ""
+
+    device: str | None = doc(None, "cuda, mps, xpu or cpu; the best available when unset.")
+    path: Path | None = doc(None, "Folder of a saved policy (config.json + model.safetensors) to fine-tune.")
+    repo_id: str | None = doc(None, "Hub repo id (user/name) to publish to with push_to_hub.")
+    push_to_hub: bool = doc(False, "Publish the trained model to the Hub at the end of training.")
+    private: bool = doc(False, "Create the Hub repo as private.")
+    license: str = doc("apache-2.0", "License written in the model card.")
+    input_features: dict[str, FeatureSpec] | None = doc(None, "Inputs; filled from the dataset when unset.")
+    output_features: dict[str, FeatureSpec] | None = doc(None, "Outputs; filled from the dataset when unset.")
+    normalization_mapping: dict[str, NormMode] = sub(_default_norm, "Normalization per feature type (mean_std, min_max, identity).")
+
+
+@dataclass
+class ACTConfig(PolicyConfigBase):
+    """Action Chunking with Transformers (Zhao et al., 2023)."""
+
+    type_name: ClassVar[str] = "act"
+
+    chunk_size: int = doc(10, "Number of future actions predicted per step.")
+    n_action_steps: int = doc(10, "Actions executed from each predicted chunk (<= chunk_size).")
+    dim_model: int = doc(128, "Transformer width.")
+    n_heads: int = doc(4, "Attention heads.")
+    dim_feedforward: int = doc(512, "Feed-forward width.")
+    n_encoder_layers: int = doc(2, "Transformer encoder layers.")
+    n_decoder_layers: int = doc(1, "Transformer decoder layers.")
+    use_vae: bool = doc(True, "Train with the CVAE latent and KL loss.")
+    latent_dim: int = doc(32, "CVAE latent size.")
+    n_vae_encoder_layers: int = doc(2, "CVAE encoder layers.")
+    kl_weight: float = doc(10.0, "Weight of the KL term.")
+    dropout: float = doc(0.1, "Dropout in the transformer.")
+    backbone_channels: list[int] = doc([16, 32, 64], "Channels of the conv backbone stages for image inputs.")
+
+
+@dataclass
+class MLPConfig(PolicyConfigBase):
+    """A plain MLP from the current observation to one action chunk. Declares no FSDP wrap units."""
+
+    type_name: ClassVar[str] = "mlp"
+
+    chunk_size: int = doc(1, "Number of future actions predicted per step.")
+    n_action_steps: int = doc(1, "Actions executed from each predicted chunk.")
+    hidden_dim: int = doc(256, "Hidden width.")
+    n_layers: int = doc(3, "Hidden layers.")
+    dropout: float = doc(0.0, "Dropout.")
+
+
+PolicyConfig = ACTConfig | MLPConfig
+POLICY_TYPES: dict[str, type[PolicyConfigBase]] = {c.type_name: c for c in (ACTConfig, MLPConfig)}
+
+
+@dataclass
+class OptimizerConfig:
+    type: Literal["adamw", "adam", "sgd"] = doc("adamw", "Optimizer.")
+    lr: float = doc(1e-3, "Peak learning rate. Never scaled automatically with the batch.")
+    weight_decay: float = doc(1e-4, "Weight decay.")
+    betas: list[float] = doc([0.9, 0.999], "Adam betas.")
+    eps: float = doc(1e-8, "Adam epsilon.")
+    grad_clip_norm: float = doc(10.0, "Clip the global gradient norm to this (0 disables clipping).")
+
+
+@dataclass
+class SchedulerConfig:
+    type: Literal["cosine", "linear", "constant"] = doc("cosine", "Decay after warmup.")
+    warmup_steps: int = doc(20, "Linear warmup, in loop steps.")
+    min_lr_ratio: float = doc(0.1, "Final lr as a fraction of the peak (cosine, linear).")
+
+
+@dataclass
+class ContextParallelConfig:
+    ring_degree: int = doc(1, "Reserved: must be 1.")
+    ulysses_degree: int = doc(1, "Reserved: must be 1.")
+
+
+@dataclass
+class ParallelismConfig:
+    dp_replicate: int | None = doc(None, "Replicate degree (DDP axis). Unset with dp_shard unset: DDP over all processes.")
+    dp_shard: int | None = doc(None, "Shard degree (FSDP2 axis); -1 infers it from the launcher.")
+    context_parallel: ContextParallelConfig = sub(ContextParallelConfig, "Reserved context-parallel degrees.")
+
+
+@dataclass
+class GradientAccumulationConfig:
+    steps: int = doc(1, "Micro-batches per optimizer update; gradients sync only on the last one.")
+
+
+@dataclass
+class MixedPrecisionPolicyConfig:
+    param_dtype: DType | None = doc(None, "FSDP2 compute dtype of parameters; any field set replaces the policy derived from mixed_precision.")
+    reduce_dtype: DType | None = doc(None, "FSDP2 gradient reduce dtype; unset follows torch (same as param_dtype).")
+    output_dtype: DType | None = doc(None, "FSDP2 dtype of module outputs.")
+    cast_forward_inputs: bool | None = doc(None, "FSDP2 casts floating inputs to param_dtype (torch default: true).")
+
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.param_dtype, self.reduce_dtype, self.output_dtype, self.cast_forward_inputs))
+
+
+@dataclass
+class FSDPConfig:
+    wrap_modules: list[str] | None = doc(None, 'Class names of FSDP units, JSON list: \'["ACTEncoderLayer"]\'.')
+    min_num_params: int | None = doc(None, "Wrap every submodule with at least this many parameters.")
+    reshard_after_forward: bool = doc(True, "Free gathered parameters after forward (ZeRO-3); false keeps them (ZeRO-2).")
+    cpu_offload: bool = doc(False, "Keep parameters, gradients and optimizer state on CPU.")
+    ignored_modules: str | None = doc(None, "Regex on module paths left unsharded (PEFT paths start with base_model.model.; begin with .*).")
+    mixed_precision_policy: MixedPrecisionPolicyConfig = sub(MixedPrecisionPolicyConfig, "Explicit FSDP2 MixedPrecisionPolicy.")
+
+
+@dataclass
+class DDPConfig:
+    find_unused_parameters: bool = doc(False, "DDP find_unused_parameters.")
+    gradient_as_bucket_view: bool = doc(False, "DDP gradient_as_bucket_view.")
+    static_graph: bool = doc(False, "DDP static_graph.")
+
+
+@dataclass
+class AcceleratorConfig:
+    mixed_precision: Precision = doc("no", "no, bf16 or fp16: autocast (single/DDP) or MixedPrecisionPolicy (sharded).")
+    gradient_accumulation: GradientAccumulationConfig = sub(GradientAccumulationConfig, "Gradient accumulation.")
+    fsdp: FSDPConfig = sub(FSDPConfig, "FSDP2 settings (sharded layouts).")
+    ddp: DDPConfig = sub(DDPConfig, "DDP settings (replicate-only layouts).")
+
+
+@dataclass
+class PeftConfig:
+    method_type: Literal["LORA"] | None = doc(None, "LORA to train adapters on a --policy.path base; unset trains all weights.")
+    r: int = doc(16, "LoRA rank.")
+    lora_alpha: int | None = doc(None, "LoRA alpha; unset means r.")
+    lora_dropout: float = doc(0.0, "LoRA dropout.")
+    target_modules: list[str] | None = doc(None, "Module name suffixes that get adapters; the policy's linear layers when unset.")
+    full_training_modules: list[str] | None = doc(None, "Modules trained in full beside the adapters (PEFT modules_to_save).")
+
+
+@dataclass
+class TrackioConfig:
+    enable: bool = doc(False, "Also log metrics to trackio (offline, under TRACKIO_DIR).")
+    project: str = doc("lr", "trackio project.")
+    run_name: str | None = doc(None, "trackio run name; the job name when unset.")
+
+
+@dataclass
+class HubConfig:
+    endpoint: str | None = doc(None, "Hub endpoint; HF_ENDPOINT or huggingface.co when unset.")
+    revision: str | None = doc(None, "Branch to push to; main when unset.")
+
+
+@dataclass
+class TrainConfig:
+    version: int = doc(TRAIN_CONFIG_VERSION, "Schema version of train_config.json.")
+    output_dir: Path | None = doc(None, "Run folder; outputs/train/<date>_<job_name> when unset.")
+    job_name: str | None = doc(None, "Run name; the policy type when unset.")
+    seed: int = doc(1000, "Seed of the model init and of the global sample order.")
+    steps: int = doc(300, "Loop steps (micro-batches per worker), not optimizer updates.")
+    batch_size: int = doc(32, "Per-process micro-batch size.")
+    num_workers: int = doc(0, "DataLoader worker processes.")
+    log_freq: int = doc(25, "Log reduced metrics every N loop steps.")
+    save_freq: int = doc(100, "Save a checkpoint every N loop steps (and at the end).")
+    save_checkpoint: bool = doc(True, "Write checkpoints.")
+    checkpoint_format: CheckpointFormat = doc("safetensors", "safetensors, dcp or safetensors_dcp (the last two need a sharded run).")
+    checkpoint_keep: int = doc(0, "Keep only the newest K checkpoints (0 keeps all).")
+    checkpoint_async: bool = doc(False, "Save DCP checkpoints in the background (dcp formats only).")
+    resume: bool = doc(False, "Resume from --config_path's checkpoint.")
+    config_path: Path | None = doc(None, "A train_config.json used as the base for these flags.")
+    dry_run: bool = doc(False, "Validate, resolve the topology, print the plan and exit without training.")
+    world_size: int | None = doc(None, "With --dry_run: plan for this many processes.")
+    dataset: DatasetConfig = sub(DatasetConfig, "Dataset.")
+    policy: PolicyConfig = sub(ACTConfig, "Policy, tagged by --policy.type (act, mlp).")
+    optimizer: OptimizerConfig = sub(OptimizerConfig, "Optimizer.")
+    scheduler: SchedulerConfig = sub(SchedulerConfig, "LR scheduler; steps once per loop step.")
+    parallelism: ParallelismConfig = sub(ParallelismConfig, "Data-parallel degrees.")
+    accelerator: AcceleratorConfig = sub(AcceleratorConfig, "Precision, accumulation, FSDP and DDP.")
+    peft: PeftConfig = sub(PeftConfig, "Parameter-efficient fine-tuning.")
+    trackio: TrackioConfig = sub(TrackioConfig, "trackio logging.")
+    hub: HubConfig = sub(HubConfig, "Hugging Face Hub.")
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.accelerator.gradient_accumulation.steps

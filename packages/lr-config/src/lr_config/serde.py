@@ -1,0 +1,188 @@
+"""Strict (un)structuring of the contract dataclasses with cattrs.
+
+- `make_converter()` builds a fresh strict converter: unknown keys and wrong types are
+  errors (no `int(1.7)`, no `bool("false")`), every field is written, defaults included.
+- `to_dict` / `from_dict` go through it; `from_dict` turns cattrs' error tree into one
+  `ConfigError` whose lines name flag paths (`--accelerator.fsdp.min_num_params: ...`).
+- `save_json` writes atomically (temp file + rename), so a crash never leaves a half file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import cattrs
+from cattrs.preconf.json import make_converter as _json_converter
+from cattrs.strategies import configure_tagged_union
+
+from .configs import POLICY_TYPES, PolicyConfig
+from .errors import ConfigError, did_you_mean
+
+__all__ = ["from_dict", "load_json", "make_converter", "save_json", "to_dict", "converter"]
+
+T = TypeVar("T")
+
+
+def _strict_int(value: Any, _: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected int, got {value!r}")
+    return value
+
+
+def _strict_float(value: Any, _: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected float, got {value!r}")
+    return float(value)
+
+
+def _strict_bool(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _strict_str(value: Any, _: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _strict_path(value: Any, _: Any) -> Path:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a path string, got {value!r}")
+    return Path(value)
+
+
+def _policy_tag(cls: type) -> str:
+    name: str = getattr(cls, "type_name")
+    return name
+
+
+def make_converter() -> cattrs.Converter:
+    """A new strict JSON converter for every contract dataclass."""
+    conv = _json_converter(forbid_extra_keys=True, omit_if_default=False)
+    conv.register_structure_hook(int, _strict_int)
+    conv.register_structure_hook(float, _strict_float)
+    conv.register_structure_hook(bool, _strict_bool)
+    conv.register_structure_hook(str, _strict_str)
+    conv.register_structure_hook(Path, _strict_path)
+    conv.register_unstructure_hook(Path, str)
+    configure_tagged_union(PolicyConfig, conv, tag_name="type", tag_generator=_policy_tag)
+    return conv
+
+
+converter = make_converter()
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Every field of a contract dataclass as JSON-ready data."""
+    data: dict[str, Any] = converter.unstructure(obj)
+    return data
+
+
+def _flag_path(path: str) -> str:
+    """`$.accelerator.fsdp['x']` or `config.a.b[0]` -> `--accelerator.fsdp.x`."""
+    path = path.split(" @ ")[-1]
+    for prefix in ("$", "config"):
+        if path.startswith(prefix):
+            path = path[len(prefix):]
+    path = path.replace("['", ".").replace("']", "")
+    return "--" + path.lstrip(".")
+
+
+def _format_exception(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, TypeError) and str(exc).startswith("expected"):
+        return str(exc)
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _explain(exc: Exception, cls: type) -> list[str]:
+    if not isinstance(exc, (cattrs.BaseValidationError,)):
+        return [str(exc)]
+    lines: list[str] = []
+    for line in cattrs.transform_error(exc, path="$", format_exception=_format_exception):
+        where = _flag_path(line)
+        what = line.split(" @ ")[0]
+        if what.startswith("extra fields found"):
+            parent = where
+            keys = what.split("(")[-1].rstrip(")") if "(" in what else what.split(":")[-1]
+            for key in [k.strip() for k in keys.split(",") if k.strip()]:
+                known = _known_keys_at(cls, parent)
+                full = (parent.rstrip(".") + "." + key) if parent != "--" else "--" + key
+                lines.append(f"{full}: unknown setting{did_you_mean(key, known)}")
+            continue
+        lines.append(f"{where}: {what}")
+    return lines
+
+
+def _known_keys_at(cls: type, flag: str) -> list[str]:
+    from .flags import field_names_at
+
+    return field_names_at(cls, flag.removeprefix("--"))
+
+
+def from_dict(cls: type[T], data: Any, *, source: str = "config") -> T:
+    """Structure `data` into `cls` strictly, or raise a ConfigError naming flag paths."""
+    if cls.__name__ == "TrainConfig" and isinstance(data, dict):
+        _check_policy_type(data.get("policy"))
+    try:
+        return converter.structure(data, cls)
+    except Exception as exc:  # cattrs raises several kinds; all are user input problems
+        problems = _explain(exc, cls)
+        raise ConfigError(f"invalid {source}:\n  " + "\n  ".join(problems), problems=problems) from None
+
+
+def _check_policy_type(policy: Any) -> None:
+    if isinstance(policy, dict) and "type" in policy and policy["type"] not in POLICY_TYPES:
+        kind = policy["type"]
+        raise ConfigError(
+            f"--policy.type: unknown policy type {kind!r}{did_you_mean(str(kind), POLICY_TYPES)}; "
+            f"known types: {', '.join(POLICY_TYPES)}"
+        )
+
+
+def save_json(path: Path, data: Any) -> None:
+    """Write JSON atomically: a temp file in the same folder, fsync, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_json(path: Path, cls: type[T], *, current_version: int) -> T:
+    """Read a versioned contract file; refuse unknown versions and name the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    version = data.get("version")
+    if version != current_version:
+        raise ConfigError(
+            f"{path}: schema version {version!r} is not supported (this lr reads version {current_version}); "
+            "upgrade lr or re-create the file"
+        )
+    return from_dict(cls, data, source=str(path))
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """Resolved type hints of a dataclass (annotations are strings in our modules)."""
+    return typing.get_type_hints(cls)
