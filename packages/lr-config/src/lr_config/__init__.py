@@ -52,6 +52,7 @@ from .files import (
 )
 from .flags import all_flag_paths, format_help, parse_train_config, split_flags
 from .launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
+from .resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact
 from .serde import from_dict, load_json, make_converter, save_json, to_dict
 from .topology import Topology, banner_line, effective_batch, resolve_topology
 from .validate import check_repo_id, validate
@@ -91,6 +92,7 @@ __all__ = [
     "all_flag_paths",
     "banner_line",
     "build_launch",
+    "build_resume_launch",
     "build_slurm_script",
     "check_accelerate_env",
     "check_repo_id",
@@ -108,6 +110,9 @@ __all__ = [
     "read_metrics",
     "refused_accelerate_vars",
     "resolve_topology",
+    "resume_config",
+    "resume_config_path",
+    "resume_is_sample_exact",
     "save_json",
     "save_run_status",
     "save_training_step",
