@@ -14,7 +14,7 @@ import os
 import tempfile
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import cattrs
 from cattrs.preconf.json import make_converter as _json_converter
@@ -58,6 +58,18 @@ def _strict_path(value: Any, _: Any) -> Path:
     return Path(value)
 
 
+def _is_literal(tp: Any) -> bool:
+    return typing.get_origin(tp) is Literal
+
+
+def _strict_literal(value: Any, tp: Any) -> Any:
+    choices = typing.get_args(tp)
+    for choice in choices:
+        if type(choice) is type(value) and choice == value:
+            return choice
+    raise TypeError(f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+
+
 def _policy_tag(cls: type) -> str:
     name: str = getattr(cls, "type_name")
     return name
@@ -71,6 +83,7 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(bool, _strict_bool)
     conv.register_structure_hook(str, _strict_str)
     conv.register_structure_hook(Path, _strict_path)
+    conv.register_structure_hook_func(_is_literal, _strict_literal)
     conv.register_unstructure_hook(Path, str)
     configure_tagged_union(PolicyConfig, conv, tag_name="type", tag_generator=_policy_tag)
     return conv
@@ -101,7 +114,7 @@ def _format_exception(exc: BaseException, type_: Any) -> str:
     return cattrs.v.format_exception(exc, type_)
 
 
-def _explain(exc: Exception, cls: type) -> list[str]:
+def _explain(exc: Exception, cls: type, data: Any) -> list[str]:
     if not isinstance(exc, (cattrs.BaseValidationError,)):
         return [str(exc)]
     lines: list[str] = []
@@ -112,12 +125,24 @@ def _explain(exc: Exception, cls: type) -> list[str]:
             parent = where
             keys = what.split("(")[-1].rstrip(")") if "(" in what else what.split(":")[-1]
             for key in [k.strip() for k in keys.split(",") if k.strip()]:
-                known = _known_keys_at(cls, parent)
                 full = (parent.rstrip(".") + "." + key) if parent != "--" else "--" + key
-                lines.append(f"{full}: unknown setting{did_you_mean(key, known)}")
+                lines.append(f"{full}: {_unknown_key(cls, data, parent, key)}")
             continue
         lines.append(f"{where}: {what}")
     return lines
+
+
+def _unknown_key(cls: type, data: Any, parent: str, key: str) -> str:
+    """Why `key` is refused under `parent`, with the closest known names."""
+    known = _known_keys_at(cls, parent)
+    if key in known:
+        # The union's fields are known, so this belongs to another tagged type (--policy.type).
+        node = data
+        for part in [p for p in parent.removeprefix("--").split(".") if p]:
+            node = node.get(part) if isinstance(node, dict) else None
+        kind = node.get("type") if isinstance(node, dict) else None
+        return f"not a setting of {parent}.type={kind}"
+    return f"unknown setting{did_you_mean(key, known)}"
 
 
 def _known_keys_at(cls: type, flag: str) -> list[str]:
@@ -133,12 +158,14 @@ def from_dict(cls: type[T], data: Any, *, source: str = "config") -> T:
     try:
         return converter.structure(data, cls)
     except Exception as exc:  # cattrs raises several kinds; all are user input problems
-        problems = _explain(exc, cls)
+        problems = _explain(exc, cls, data)
         raise ConfigError(f"invalid {source}:\n  " + "\n  ".join(problems), problems=problems) from None
 
 
 def _check_policy_type(policy: Any) -> None:
-    if isinstance(policy, dict) and "type" in policy and policy["type"] not in POLICY_TYPES:
+    if isinstance(policy, dict) and "type" not in policy:
+        raise ConfigError(f"--policy.type: missing; known types: {', '.join(POLICY_TYPES)}")
+    if isinstance(policy, dict) and policy["type"] not in POLICY_TYPES:
         kind = policy["type"]
         raise ConfigError(
             f"--policy.type: unknown policy type {kind!r}{did_you_mean(str(kind), POLICY_TYPES)}; "
