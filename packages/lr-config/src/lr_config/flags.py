@@ -4,8 +4,8 @@
 1. splits `--path=value` flags (a bare `--flag` means true);
 2. starts from `--config_path`'s file when given, else from the defaults;
 3. JSON-decodes each value where it parses (a string otherwise; a field typed as a string
-   or path always keeps the raw text), checks the path exists ("did you mean"), and
-   deep-merges it;
+   or path always keeps the raw text; `null` and `None` both mean unset), checks the path
+   exists ("did you mean"), and deep-merges it;
 4. structures the result strictly; errors name the flag.
 
 Changing `--policy.type` swaps the policy block for the new type's defaults before the
@@ -51,12 +51,13 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def _policy_classes(tp: Any) -> list[type] | None:
+def _policy_classes(tp: Any) -> list[type[PolicyConfigBase]] | None:
     tp = _unwrap_optional(tp)
     if typing.get_origin(tp) in (Union, types.UnionType):
         args = typing.get_args(tp)
-        if all(isinstance(a, type) and issubclass(a, PolicyConfigBase) for a in args):
-            return list(args)
+        classes = [a for a in args if isinstance(a, type) and issubclass(a, PolicyConfigBase)]
+        if len(classes) == len(args):
+            return classes
     return None
 
 
@@ -130,7 +131,9 @@ def _is_textual(tp: Any) -> bool:
 
 
 def _decode(raw: str, tp: Any) -> Any:
-    if _is_textual(tp) and raw not in ("null", "None"):
+    if raw in ("null", "None"):
+        return None
+    if _is_textual(tp):
         return raw
     try:
         return json.loads(raw)
@@ -251,8 +254,6 @@ def format_help(prog: str = "lr-engine train") -> str:
     ]
     rows = _leaf_docs(TrainConfig)
     for path, type_name, default, text in rows:
-        if path == "version":
-            continue
         lines.append(f"  --{path}  {type_name}  (default: {default})")
         lines.append(f"      {text}")
     return "\n".join(lines)

@@ -1,0 +1,286 @@
+"""`--a.b.c=value` flags: decoding, merging over defaults or --config_path, errors, --help."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lr_config import (
+    ACTConfig,
+    ConfigError,
+    MLPConfig,
+    TrainConfig,
+    all_flag_paths,
+    format_help,
+    parse_train_config,
+    save_json,
+    split_flags,
+    to_dict,
+)
+
+
+def error_of(argv: list[str]) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse_train_config(argv)
+    return str(err.value)
+
+
+def test_no_flags_give_the_defaults() -> None:
+    assert parse_train_config([]) == TrainConfig()
+
+
+def test_split_flags() -> None:
+    assert split_flags(["--a.b=1", "--c", "--d=", "--e=x=y"]) == {"a.b": "1", "c": "true", "d": "", "e": "x=y"}
+
+
+def test_values_are_json_where_they_parse() -> None:
+    cfg = parse_train_config(
+        [
+            "--steps=7",
+            "--optimizer.lr=2.5e-4",
+            "--optimizer.betas=[0.8, 0.95]",
+            "--dataset.episodes=[0, 3]",
+            '--accelerator.fsdp.wrap_modules=["Block", "Head"]',
+            "--parallelism.dp_shard=-1",
+        ]
+    )
+    assert cfg.steps == 7
+    assert cfg.optimizer.lr == 2.5e-4
+    assert cfg.optimizer.betas == [0.8, 0.95]
+    assert cfg.dataset.episodes == [0, 3]
+    assert cfg.accelerator.fsdp.wrap_modules == ["Block", "Head"]
+    assert cfg.parallelism.dp_shard == -1
+
+
+def test_an_int_is_accepted_for_a_float() -> None:
+    cfg = parse_train_config(["--optimizer.lr=1"])
+    assert cfg.optimizer.lr == 1.0 and isinstance(cfg.optimizer.lr, float)
+
+
+def test_string_and_path_fields_keep_the_raw_text() -> None:
+    cfg = parse_train_config(
+        [
+            "--job_name=123",
+            "--policy.device=true",
+            '--output_dir=["out"]',
+            "--dataset.repo_id=1.5",
+            "--accelerator.mixed_precision=bf16",
+            "--accelerator.fsdp.ignored_modules=.*lora_[AB]",
+            "--trackio.project=",
+        ]
+    )
+    assert cfg.job_name == "123"
+    assert cfg.policy.device == "true"
+    assert cfg.output_dir == Path('["out"]')
+    assert cfg.dataset.repo_id == "1.5"
+    assert cfg.accelerator.mixed_precision == "bf16"
+    assert cfg.accelerator.fsdp.ignored_modules == ".*lora_[AB]"
+    assert cfg.trackio.project == ""
+
+
+def test_null_unsets_optional_settings() -> None:
+    base = parse_train_config(["--output_dir=/x", "--policy.device=cpu", "--parallelism.dp_shard=2", "--job_name=j"])
+    flags = ["--output_dir=null", "--policy.device=null", "--parallelism.dp_shard=null", "--job_name=None"]
+    cfg = parse_train_config(flags)
+    assert (base.output_dir, base.policy.device, base.parallelism.dp_shard, base.job_name) == (Path("/x"), "cpu", 2, "j")
+    assert (cfg.output_dir, cfg.policy.device, cfg.parallelism.dp_shard, cfg.job_name) == (None, None, None, None)
+
+
+@pytest.mark.parametrize(("arg", "expected"), [("--resume=true", True), ("--resume=false", False), ("--resume", True)])
+def test_booleans(arg: str, expected: bool) -> None:
+    assert parse_train_config([arg]).resume is expected
+
+
+def test_bare_flag_sets_a_nested_bool() -> None:
+    cfg = parse_train_config(["--accelerator.fsdp.cpu_offload", "--save_checkpoint=false"])
+    assert cfg.accelerator.fsdp.cpu_offload is True
+    assert cfg.save_checkpoint is False
+
+
+def test_nested_paths_change_only_their_leaf() -> None:
+    cfg = parse_train_config(
+        ["--accelerator.fsdp.mixed_precision_policy.param_dtype=bfloat16", "--accelerator.gradient_accumulation.steps=4"]
+    )
+    expected = TrainConfig()
+    expected.accelerator.fsdp.mixed_precision_policy.param_dtype = "bfloat16"
+    expected.accelerator.gradient_accumulation.steps = 4
+    assert cfg == expected
+    assert cfg.grad_accum_steps == 4
+
+
+def test_a_dict_entry_can_be_set_alone() -> None:
+    cfg = parse_train_config(["--policy.normalization_mapping.ACTION=min_max"])
+    assert cfg.policy.normalization_mapping == {"STATE": "mean_std", "ENV": "mean_std", "VISUAL": "mean_std", "ACTION": "min_max"}
+
+
+def test_a_whole_dict_is_json() -> None:
+    features = {"observation.state": {"type": "STATE", "shape": [2]}, "action": {"type": "ACTION", "shape": [2]}}
+    cfg = parse_train_config([f"--policy.input_features={json.dumps(features)}"])
+    assert cfg.policy.input_features is not None
+    assert to_dict(cfg)["policy"]["input_features"] == features
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--batch_size=1.5"], "--batch_size: expected int, got 1.5"),
+        (["--resume=yes"], "--resume: expected true or false, got 'yes'"),
+        (["--resume=True"], "--resume: expected true or false, got 'True'"),
+        (["--steps=true"], "--steps: expected int, got True"),
+        (["--steps=1e3"], "--steps: expected int, got 1000.0"),
+        (["--steps="], "--steps: expected int, got ''"),
+        (["--accelerator.fsdp.min_num_params=many"], "--accelerator.fsdp.min_num_params: expected int, got 'many'"),
+        (["--optimizer.lr=fast"], "--optimizer.lr: expected float, got 'fast'"),
+        (["--optimizer.lr=true"], "--optimizer.lr: expected float, got True"),
+        (['--dataset.episodes=[1, "a"]'], "--dataset.episodes[1]: expected int, got 'a'"),
+        (["--accelerator.mixed_precision=fp8"], "--accelerator.mixed_precision: expected one of 'no', 'bf16', 'fp16', got 'fp8'"),
+        (["--policy.normalization_mapping.STATE=zscore"], "--policy.normalization_mapping.STATE: expected one of 'mean_std', 'min_max', 'identity', got 'zscore'"),
+        (["--peft.method_type=lora"], "--peft.method_type: expected one of 'LORA', got 'lora'"),
+    ],
+)
+def test_wrong_types_are_errors_not_casts(argv: list[str], expected: str) -> None:
+    message = error_of(argv)
+    assert message.startswith("invalid flags:")
+    assert expected in message.splitlines()[1:] or f"  {expected}" in message.splitlines()
+
+
+def test_unknown_flag_suggests_the_known_one() -> None:
+    message = error_of(["--accelerator.fsdp.wrap_module=[\"Block\"]"])
+    assert message.startswith("--accelerator.fsdp.wrap_module: unknown flag (did you mean '--accelerator.fsdp.wrap_modules'")
+    assert "--help" in message
+    assert "did you mean '--batch_size'" in error_of(["--batch_sise=3"])
+    assert "did you mean '--policy.chunk_size'" in error_of(["--policy.chunk_sze=3"])
+
+
+def test_unknown_flag_without_a_close_name() -> None:
+    message = error_of(["--zzzzzz=1"])
+    assert message.startswith("--zzzzzz: unknown flag")
+    assert "did you mean" not in message
+
+
+def test_a_value_is_not_a_group() -> None:
+    assert error_of(["--steps.count=1"]) == "--steps.count: --steps is a value, not a group of settings"
+
+
+@pytest.mark.parametrize("arg", ["steps=1", "-steps=1", "--", "--=1", "---steps=1", "--bad name=1", "100"])
+def test_malformed_flags(arg: str) -> None:
+    message = error_of([arg])
+    assert message.startswith(repr(arg) + ":")
+    assert "--name=value" in message
+
+
+def test_repeated_flag_is_an_error() -> None:
+    assert error_of(["--steps=1", "--batch_size=2", "--steps=2"]) == "--steps given twice"
+
+
+def test_policy_type_swaps_the_policy_defaults() -> None:
+    cfg = parse_train_config(["--policy.type=mlp"])
+    assert cfg.policy == MLPConfig()
+    assert to_dict(cfg)["policy"]["type"] == "mlp"
+    act = parse_train_config(["--policy.type=act"])
+    assert act.policy == ACTConfig()
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_policy_fields_apply_after_the_type_switch_in_any_order(order: int) -> None:
+    flags = ["--policy.hidden_dim=64", "--policy.type=mlp", "--policy.chunk_size=5"]
+    cfg = parse_train_config(flags if order else list(reversed(flags)))
+    assert cfg.policy == MLPConfig(hidden_dim=64, chunk_size=5)
+
+
+def test_a_field_of_another_policy_type_is_refused() -> None:
+    message = error_of(["--policy.type=mlp", "--policy.dim_model=64"])
+    assert "--policy.dim_model: not a setting of --policy.type=mlp" in message
+
+
+def test_config_path_is_the_base_and_flags_override_it(tmp_path: Path) -> None:
+    saved = parse_train_config(["--steps=1000", "--batch_size=4", "--policy.type=mlp", "--policy.hidden_dim=32", "--seed=7"])
+    save_json(tmp_path / "train_config.json", to_dict(saved))
+    cfg = parse_train_config([f"--config_path={tmp_path / 'train_config.json'}", "--steps=50", "--policy.n_layers=2"])
+    expected = dataclasses.replace(saved, steps=50, config_path=tmp_path / "train_config.json")
+    expected.policy = dataclasses.replace(saved.policy, n_layers=2)
+    assert cfg == expected
+
+
+def test_config_path_may_name_the_folder(tmp_path: Path) -> None:
+    save_json(tmp_path / "train_config.json", to_dict(parse_train_config(["--steps=9"])))
+    cfg = parse_train_config([f"--config_path={tmp_path}"])
+    assert cfg.steps == 9
+    assert cfg.config_path == tmp_path / "train_config.json"
+
+
+def test_switching_policy_type_over_a_config_file_keeps_where_it_runs_and_publishes(tmp_path: Path) -> None:
+    saved = parse_train_config(["--policy.device=cpu", "--policy.path=/base", "--policy.repo_id=me/m", "--policy.chunk_size=20"])
+    save_json(tmp_path / "train_config.json", to_dict(saved))
+    cfg = parse_train_config([f"--config_path={tmp_path}", "--policy.type=mlp"])
+    assert cfg.policy == MLPConfig(device="cpu", path=Path("/base"), repo_id="me/m")
+    same = parse_train_config([f"--config_path={tmp_path}", "--policy.type=act"])
+    assert same.policy == saved.policy  # the same type keeps every saved policy value
+
+
+def test_missing_config_path(tmp_path: Path) -> None:
+    assert error_of([f"--config_path={tmp_path / 'nope.json'}"]) == f"--config_path: {tmp_path / 'nope.json'} does not exist"
+
+
+def test_config_path_with_an_unknown_key_or_version_is_refused(tmp_path: Path) -> None:
+    data = to_dict(TrainConfig())
+    data["accelerator"]["fsdp"]["wrap_everything"] = True
+    save_json(tmp_path / "a.json", data)
+    message = error_of([f"--config_path={tmp_path / 'a.json'}"])
+    assert str(tmp_path / "a.json") in message
+    assert "--accelerator.fsdp.wrap_everything: unknown setting" in message
+    data = to_dict(TrainConfig())
+    data["version"] = 99
+    save_json(tmp_path / "b.json", data)
+    message = error_of([f"--config_path={tmp_path / 'b.json'}"])
+    assert message.startswith(f"{tmp_path / 'b.json'}: schema version 99 is not supported")
+
+
+# --help
+
+
+def _help_rows() -> dict[str, tuple[str, str, str]]:
+    """flag path -> (type, default, doc) as format_help prints them."""
+    lines = format_help().splitlines()
+    rows: dict[str, tuple[str, str, str]] = {}
+    for line, doc_line in zip(lines, lines[1:]):
+        if line.startswith("  --"):
+            path, type_name, default = line.strip().split("  ")
+            assert default.startswith("(default: ") and default.endswith(")")
+            rows[path.removeprefix("--")] = (type_name, default[len("(default: ") : -1], doc_line.strip())
+    return rows
+
+
+def _default_at(path: str) -> Any:
+    for cfg in (TrainConfig(), TrainConfig(policy=MLPConfig())):
+        node: Any = to_dict(cfg)
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            return node
+    raise AssertionError(f"no default for {path}")
+
+
+def test_help_lists_every_flag_with_type_default_and_doc() -> None:
+    rows = _help_rows()
+    assert list(rows) == all_flag_paths()
+    for path, (type_name, default, doc) in rows.items():
+        assert type_name, path
+        assert doc and not doc.startswith("--"), path
+        assert json.loads(default) == _default_at(path), path
+
+
+def test_help_rows_read_as_documented() -> None:
+    rows = _help_rows()
+    assert rows["batch_size"] == ("int", "32", "Per-process micro-batch size.")
+    assert rows["accelerator.fsdp.min_num_params"][:2] == ("int | null", "null")
+    assert rows["accelerator.mixed_precision"][:2] == ("no|bf16|fp16", '"no"')
+    assert rows["policy.type"][:2] == ("act|mlp", '"act"')
+    assert rows["policy.hidden_dim"][1] == "256"
+    assert format_help(prog="lr-engine train").startswith("usage: lr-engine train [--name=value ...]")
