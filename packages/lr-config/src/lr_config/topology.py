@@ -79,18 +79,23 @@ def _check_degree(name: str, value: int | None, *, allow_infer: bool = False) ->
         raise ConfigError(f"--parallelism.{name}: must be >= 1{extra}, got {value}")
 
 
-def resolve_topology(par: ParallelismConfig, world_size: int, nnodes: int = 1) -> Topology:
-    """Resolve the degrees for `world_size` processes, or raise naming the flags to change."""
+def _check_degrees(par: ParallelismConfig) -> None:
+    """The checks that need no world size: reserved axes are 1, set degrees are >= 1 (or -1)."""
     cp = par.context_parallel
     for name, value in (("ring_degree", cp.ring_degree), ("ulysses_degree", cp.ulysses_degree)):
         if value != 1:
             raise ConfigError(f"--parallelism.context_parallel.{name}: context parallelism is reserved; must be 1, got {value}")
+    _check_degree("dp_replicate", par.dp_replicate)
+    _check_degree("dp_shard", par.dp_shard, allow_infer=True)
+
+
+def resolve_topology(par: ParallelismConfig, world_size: int, nnodes: int = 1) -> Topology:
+    """Resolve the degrees for `world_size` processes, or raise naming the flags to change."""
+    _check_degrees(par)
     if world_size < 1:
         raise ConfigError(f"world size must be >= 1, got {world_size}")
     if nnodes < 1 or world_size % nnodes:
         raise ConfigError(f"{world_size} processes cannot be split evenly over {nnodes} nodes")
-    _check_degree("dp_replicate", par.dp_replicate)
-    _check_degree("dp_shard", par.dp_shard, allow_infer=True)
     rep, shard = par.dp_replicate, par.dp_shard
     if rep is None and shard is None:
         rep, shard = world_size, 1

@@ -7,11 +7,14 @@ for Hub repo ids, shared by the engine, checkpoint and publish CLIs.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
+from typing import Any
 
 from .configs import TRAIN_CONFIG_VERSION, ACTConfig, TrainConfig
 from .errors import ConfigError
-from .topology import Topology, resolve_topology
+from .topology import Topology, _check_degrees, resolve_topology
 
 __all__ = ["check_repo_id", "validate"]
 
@@ -37,6 +40,18 @@ def check_repo_id(repo_id: str, flag: str = "--policy.repo_id") -> str:
 def _positive(problems: list[str], flag: str, value: float, minimum: float = 1) -> None:
     if value < minimum:
         problems.append(f"--{flag}: must be >= {minimum:g}, got {value}")
+
+
+def _finite_rules(value: Any, path: str = "") -> list[str]:
+    """Every float setting is finite: JSON parses NaN and Infinity, and NaN passes any `<` rule."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [f"--{path}: must be a finite number, got {value}"]
+    if isinstance(value, list) and not all(math.isfinite(v) for v in value if isinstance(v, float)):
+        return [f"--{path}: must hold finite numbers, got {value}"]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        prefix = f"{path}." if path else ""
+        return [p for f in dataclasses.fields(value) for p in _finite_rules(getattr(value, f.name), prefix + f.name)]
+    return []
 
 
 def _scalar_rules(cfg: TrainConfig) -> list[str]:
@@ -148,19 +163,16 @@ def _topology_rules(cfg: TrainConfig, topo: Topology) -> list[str]:
 
 def validate(cfg: TrainConfig, world_size: int | None = None, nnodes: int = 1) -> Topology | None:
     """Check every rule; return the resolved topology when `world_size` is given."""
-    problems = _scalar_rules(cfg) + _policy_rules(cfg) + _accelerator_rules(cfg) + _run_rules(cfg)
+    problems = _finite_rules(cfg) + _scalar_rules(cfg) + _policy_rules(cfg) + _accelerator_rules(cfg) + _run_rules(cfg)
     topo: Topology | None = None
-    if world_size is not None:
-        try:
+    try:
+        if world_size is None:
+            _check_degrees(cfg.parallelism)
+        else:
             topo = resolve_topology(cfg.parallelism, world_size, nnodes)
             problems += _topology_rules(cfg, topo)
-        except ConfigError as exc:
-            problems.append(str(exc))
-    else:
-        cp = cfg.parallelism.context_parallel
-        for name in ("ring_degree", "ulysses_degree"):
-            if getattr(cp, name) != 1:
-                problems.append(f"--parallelism.context_parallel.{name}: reserved; must be 1, got {getattr(cp, name)}")
+    except ConfigError as exc:
+        problems.append(str(exc))
     if problems:
         head = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the settings:\n  " + "\n  ".join(problems)
         raise ConfigError(head, problems=problems)

@@ -1,0 +1,227 @@
+"""Validation rules: each bad setting is refused with a message that names the flag to change."""
+
+from __future__ import annotations
+
+import pytest
+
+from lr_config import ConfigError, TrainConfig, check_repo_id, parse_train_config, validate
+
+
+def problems(argv: list[str], world_size: int | None = None, nnodes: int = 1) -> list[str]:
+    """The problem lines validate() reports for these flags ([] when valid)."""
+    cfg = parse_train_config(argv)
+    try:
+        validate(cfg, world_size=world_size, nnodes=nnodes)
+    except ConfigError as err:
+        assert err.problems, "a ConfigError must list its problems"
+        assert all(line in str(err) for line in err.problems)
+        return err.problems
+    return []
+
+
+def only_problem(argv: list[str], world_size: int | None = None) -> str:
+    found = problems(argv, world_size)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_defaults_are_valid_for_every_world_size() -> None:
+    for world in range(1, 9):
+        assert validate(TrainConfig(), world_size=world) is not None
+    assert validate(TrainConfig()) is None
+
+
+@pytest.mark.parametrize("flag", ["dp_replicate", "dp_shard"])
+@pytest.mark.parametrize("value", [0, -2])
+@pytest.mark.parametrize("world_size", [None, 4])
+def test_zero_or_negative_degree_names_the_flag(flag: str, value: int, world_size: int | None) -> None:
+    line = only_problem([f"--parallelism.{flag}={value}"], world_size)
+    assert line.startswith(f"--parallelism.{flag}: must be >= 1")
+    assert f"got {value}" in line
+
+
+def test_dp_replicate_minus_one_is_not_an_inference_request() -> None:
+    line = only_problem(["--parallelism.dp_replicate=-1"], 4)
+    assert line == "--parallelism.dp_replicate: must be >= 1, got -1"
+
+
+def test_dp_shard_infer_that_does_not_divide_the_world() -> None:
+    line = only_problem(["--parallelism.dp_shard=-1", "--parallelism.dp_replicate=3"], 4)
+    assert line.startswith("--parallelism.dp_shard=-1: cannot infer the shard degree")
+    assert "4 processes" in line and "--parallelism.dp_replicate=3" in line
+
+
+def test_degree_product_mismatch_gives_the_numbers() -> None:
+    line = only_problem(["--parallelism.dp_replicate=3", "--parallelism.dp_shard=2"], 4)
+    assert "--parallelism.dp_replicate x --parallelism.dp_shard = 3 x 2 = 6" in line
+    assert "but 4 processes will run" in line
+    assert "--parallelism.dp_shard=-1" in line  # the suggested fix
+
+
+@pytest.mark.parametrize("fmt", ["dcp", "safetensors_dcp"])
+@pytest.mark.parametrize(("argv", "world"), [([], 1), ([], 4), (["--parallelism.dp_replicate=2", "--parallelism.dp_shard=1"], 2)])
+def test_sharded_checkpoint_format_needs_a_sharded_run(fmt: str, argv: list[str], world: int) -> None:
+    line = only_problem([f"--checkpoint_format={fmt}", *argv], world)
+    assert line.startswith(f"--checkpoint_format={fmt} needs a sharded run")
+    assert "--checkpoint_format=safetensors" in line
+
+
+@pytest.mark.parametrize("fmt", ["dcp", "safetensors_dcp"])
+def test_sharded_checkpoint_format_on_sharded_runs(fmt: str) -> None:
+    assert problems([f"--checkpoint_format={fmt}", "--parallelism.dp_shard=-1"], 2) == []
+    hsdp = ["--parallelism.dp_replicate=2", "--parallelism.dp_shard=2", f"--checkpoint_format={fmt}"]
+    assert problems(hsdp, 4) == []
+
+
+def test_wrap_modules_and_min_num_params_are_exclusive() -> None:
+    line = only_problem(['--accelerator.fsdp.wrap_modules=["Block"]', "--accelerator.fsdp.min_num_params=1000"])
+    assert "--accelerator.fsdp.wrap_modules" in line and "--accelerator.fsdp.min_num_params" in line
+    assert "exclusive" in line
+
+
+def test_empty_wrap_modules_and_small_min_num_params() -> None:
+    assert only_problem(["--accelerator.fsdp.wrap_modules=[]"]).startswith("--accelerator.fsdp.wrap_modules: empty list")
+    assert only_problem(["--accelerator.fsdp.min_num_params=0"]) == "--accelerator.fsdp.min_num_params: must be >= 1, got 0"
+
+
+@pytest.mark.parametrize("name", ["param_dtype", "reduce_dtype", "output_dtype"])
+@pytest.mark.parametrize("precision", ["no", "bf16"])
+def test_float16_dtype_needs_fp16_mixed_precision(name: str, precision: str) -> None:
+    flag = f"--accelerator.fsdp.mixed_precision_policy.{name}=float16"
+    line = only_problem([flag, f"--accelerator.mixed_precision={precision}"])
+    assert line.startswith(flag + " needs --accelerator.mixed_precision=fp16")
+    assert problems([flag, "--accelerator.mixed_precision=fp16"]) == []
+
+
+def test_bfloat16_dtype_needs_no_particular_mode() -> None:
+    assert problems(["--accelerator.fsdp.mixed_precision_policy.param_dtype=bfloat16"]) == []
+
+
+@pytest.mark.parametrize("name", ["ring_degree", "ulysses_degree"])
+@pytest.mark.parametrize("value", [2, 8])
+@pytest.mark.parametrize("world_size", [None, 1, 4])
+def test_context_parallel_above_one_is_refused(name: str, value: int, world_size: int | None) -> None:
+    line = only_problem([f"--parallelism.context_parallel.{name}={value}"], world_size)
+    assert line.startswith(f"--parallelism.context_parallel.{name}:")
+    assert f"must be 1, got {value}" in line
+
+
+def test_unknown_policy_type_suggests_the_closest() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_train_config(["--policy.type=mpl"])
+    assert str(err.value).startswith("--policy.type: unknown policy type 'mpl'")
+    assert "did you mean 'mlp'?" in str(err.value)
+    assert "known types: act, mlp" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--steps=0"], "--steps: must be >= 1, got 0"),
+        (["--batch_size=-3"], "--batch_size: must be >= 1, got -3"),
+        (["--log_freq=0"], "--log_freq: must be >= 1, got 0"),
+        (["--save_freq=0"], "--save_freq: must be >= 1, got 0"),
+        (["--num_workers=-1"], "--num_workers: must be >= 0, got -1"),
+        (["--checkpoint_keep=-1"], "--checkpoint_keep: must be >= 0, got -1"),
+        (["--accelerator.gradient_accumulation.steps=0"], "--accelerator.gradient_accumulation.steps: must be >= 1, got 0"),
+        (["--optimizer.lr=0"], "--optimizer.lr: must be > 0, got 0.0"),
+        (["--optimizer.grad_clip_norm=-1"], "--optimizer.grad_clip_norm: must be >= 0, got -1.0"),
+        (["--optimizer.betas=[0.9]"], "--optimizer.betas: expected two values in [0, 1), got [0.9]"),
+        (["--optimizer.betas=[0.9, 1.0]"], "--optimizer.betas: expected two values in [0, 1), got [0.9, 1.0]"),
+        (["--scheduler.warmup_steps=-1"], "--scheduler.warmup_steps: must be >= 0, got -1"),
+        (["--scheduler.min_lr_ratio=1.5"], "--scheduler.min_lr_ratio: must be in [0, 1], got 1.5"),
+        (["--dataset.episodes=[1, 1]"], "--dataset.episodes: expected distinct episode indices >= 0, got [1, 1]"),
+        (["--dataset.episodes=[-1]"], "--dataset.episodes: expected distinct episode indices >= 0, got [-1]"),
+        (["--world_size=0"], "--world_size: must be >= 1, got 0"),
+        (["--version=2"], "--version: train_config schema version 2 is not supported (expected 1)"),
+    ],
+)
+def test_scalar_rules(argv: list[str], expected: str) -> None:
+    assert only_problem(argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--policy.n_action_steps=11"], "--policy.n_action_steps: must be <= --policy.chunk_size (10), got 11"),
+        (["--policy.type=mlp", "--policy.n_action_steps=2"], "--policy.n_action_steps: must be <= --policy.chunk_size (1), got 2"),
+        (["--policy.dim_model=130"], "--policy.dim_model: must be divisible by --policy.n_heads (4), got 130"),
+        (["--policy.chunk_size=0", "--policy.n_action_steps=0"], "--policy.chunk_size: must be >= 1, got 0"),
+        (["--policy.dropout=1.0"], "--policy.dropout: must be in [0, 1), got 1.0"),
+        (["--policy.backbone_channels=[]"], "--policy.backbone_channels: expected a non-empty list of positive ints, got []"),
+        (["--policy.n_heads=0"], "--policy.n_heads: must be >= 1, got 0"),
+        (["--policy.type=mlp", "--policy.hidden_dim=0"], "--policy.hidden_dim: must be >= 1, got 0"),
+        (["--policy.type=mlp", "--policy.n_layers=0"], "--policy.n_layers: must be >= 1, got 0"),
+    ],
+)
+def test_policy_rules(argv: list[str], expected: str) -> None:
+    assert expected in problems(argv)
+
+
+def test_resume_needs_config_path() -> None:
+    line = only_problem(["--resume=true"])
+    assert line.startswith("--resume=true needs --config_path=")
+
+
+def test_push_to_hub_needs_repo_id() -> None:
+    assert only_problem(["--policy.push_to_hub=true"]) == "--policy.repo_id: required with --policy.push_to_hub=true (user/name)"
+    assert problems(["--policy.push_to_hub=true", "--policy.repo_id=me/act_reach"]) == []
+
+
+@pytest.mark.parametrize("bad", ["noslash", "a/b/c", "/name", "user/", "us..er/x", "user/x--y", "user/name.", "user/name.git", "a/" + "n" * 97, "-user/x", "user/na me"])
+def test_bad_repo_ids_are_refused(bad: str) -> None:
+    line = only_problem([f"--policy.repo_id={bad}"])
+    assert line.startswith(f"--policy.repo_id: {bad!r} is not a valid Hub repo id")
+    with pytest.raises(ConfigError, match="^--repo_id: "):
+        check_repo_id(bad, flag="--repo_id")
+
+
+@pytest.mark.parametrize("good", ["user/name", "lr/demo_reach2d", "A1/b.c-d_e", "u/" + "n" * 96])
+def test_good_repo_ids_pass(good: str) -> None:
+    assert check_repo_id(good) == good
+
+
+def test_checkpoint_async_needs_a_dcp_format() -> None:
+    line = only_problem(["--checkpoint_async=true"])
+    assert line.startswith("--checkpoint_async=true needs --checkpoint_format=dcp or safetensors_dcp")
+    assert problems(["--checkpoint_async=true", "--checkpoint_format=dcp", "--parallelism.dp_shard=-1"], 2) == []
+
+
+def test_peft_needs_policy_path() -> None:
+    line = only_problem(["--peft.method_type=LORA"])
+    assert line.startswith("--peft.method_type=LORA needs --policy.path=")
+    assert problems(["--peft.method_type=LORA", "--policy.path=/models/base"]) == []
+    assert "--peft.r: must be >= 1, got 0" in problems(["--peft.method_type=LORA", "--policy.path=/m", "--peft.r=0"])
+    assert only_problem(["--peft.lora_dropout=1.5"]) == "--peft.lora_dropout: must be in [0, 1), got 1.5"
+
+
+def test_bad_regex_names_the_flag() -> None:
+    line = only_problem(["--accelerator.fsdp.ignored_modules=.*lora_(A"])
+    assert line.startswith("--accelerator.fsdp.ignored_modules: not a valid regex")
+    assert problems(["--accelerator.fsdp.ignored_modules=.*lora_[AB]"]) == []
+
+
+@pytest.mark.parametrize("flag", ["optimizer.lr", "optimizer.grad_clip_norm", "optimizer.weight_decay", "policy.kl_weight", "scheduler.min_lr_ratio"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_refused(flag: str, value: str) -> None:
+    # JSON decodes these, and NaN slips through every `<` comparison.
+    found = problems([f"--{flag}={value}"])
+    assert any(line.startswith(f"--{flag}: must be a finite number") for line in found), found
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    found = problems(["--steps=0", "--batch_size=0", "--resume=true", "--parallelism.dp_shard=3"], 4)
+    assert len(found) == 4
+    assert [line.split()[0].split(":")[0].split("=")[0] for line in found] == [
+        "--steps",
+        "--batch_size",
+        "--resume",
+        "--parallelism.dp_replicate",
+    ]
+    with pytest.raises(ConfigError, match=r"^4 problems in the settings:\n  --steps"):
+        validate(parse_train_config(["--steps=0", "--batch_size=0", "--resume=true", "--parallelism.dp_shard=3"]), world_size=4)
+
+
+def test_validate_returns_the_resolved_topology() -> None:
+    topo = validate(parse_train_config(["--parallelism.dp_shard=-1"]), world_size=4)
+    assert topo is not None and topo.layout == "fsdp2" and topo.dp_shard == 4
