@@ -1,1 +1,1 @@
-"""placeholder"""
+"""lr-engine: policies, datasets and one training loop for every layout."""

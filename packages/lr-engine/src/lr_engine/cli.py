@@ -1,0 +1,86 @@
+"""`lr-engine train [--flags]`: the training entry point, single process or under torchrun.
+
+Exit codes: 0 done; 2 a problem the user can fix (a flag, a value, a file; one clear
+message, no traceback, nothing written before the check); 1 anything else (traceback).
+Order: parse flags, then the accelerate environment guard, then validation for the
+launched world size, then work. Every rank of a multi-process run ends through
+`parallel.dist.finish` (the gloo-safe tear-down) or, on failure, `abort` (no collectives,
+so a failure anywhere ends the whole job promptly instead of hanging).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from lr_config import ConfigError, check_accelerate_env, did_you_mean, format_help, parse_train_config
+
+USAGE = "usage: lr-engine train [--name=value ...]   (lr-engine train --help lists every flag)"
+
+
+def _error(message: str) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"lr-engine: error: {message}", file=sys.stderr, flush=True)
+
+
+def _command(argv: list[str]) -> list[str] | int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    if argv[0] != "train":
+        _error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], ['train'])}\n{USAGE}")
+        return 2
+    return argv[1:]
+
+
+def run(argv: list[str]) -> int:
+    """Everything up to the end of training; returns the exit code (the caller exits)."""
+    flags = _command(argv)
+    if isinstance(flags, int):
+        return flags
+    if "--help" in flags or "-h" in flags:
+        print(format_help())
+        return 0
+    try:
+        cfg = parse_train_config(flags)
+        acknowledged = check_accelerate_env(os.environ, cfg.accelerator.mixed_precision)
+        if acknowledged and int(os.environ.get("RANK", "0")) == 0:
+            print(f"warning: ignoring {', '.join(acknowledged)} (LR_ALLOW_ACCELERATE_ENV=1)", file=sys.stderr)
+        if cfg.dry_run:
+            from .plan import dry_run
+
+            return dry_run(cfg)
+        from .parallel.dist import init_distributed
+
+        ctx = init_distributed(cfg)
+        from .train import train
+
+        train(cfg, ctx)
+    except ConfigError as exc:
+        _error(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    code = run(sys.argv[1:] if argv is None else argv)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        from .parallel.dist import abort, finish
+
+        if code == 0:
+            finish(0)
+        abort(code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

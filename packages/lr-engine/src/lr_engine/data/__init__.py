@@ -1,0 +1,1 @@
+"""Datasets, the demo dataset and the rank-independent sampler."""

@@ -1,0 +1,84 @@
+"""Rank-independent data order.
+
+The global sample order of epoch `e` is `randperm(num_samples)` seeded with `(seed, e)`
+only. Each loop step takes the next `batch_size x dp_world_size` global indices (an
+epoch holds `num_samples // global_batch` steps; the remainder is dropped) and dp rank `r`
+gets the slice `[r * batch_size, (r + 1) * batch_size)`. The position is therefore a pure
+function of the loop step, and resume is exact whenever `batch_size x dp_world_size` is
+unchanged, whatever the topology.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .dataset import DatasetError
+
+
+@dataclass(frozen=True)
+class DataPosition:
+    epoch: int
+    step_in_epoch: int
+
+
+def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_samples, generator=gen)
+
+
+def steps_per_epoch(num_samples: int, global_batch: int) -> int:
+    if num_samples < global_batch:
+        raise DatasetError(
+            f"--batch_size: the dataset has {num_samples} frames, fewer than one global batch "
+            f"(batch_size x dp_world_size = {global_batch}); lower --batch_size"
+        )
+    return num_samples // global_batch
+
+
+def resume_position(step: int, old_global_batch: int, new_global_batch: int, num_samples: int) -> tuple[DataPosition, bool]:
+    """Where loop step `step` of a run with `old_global_batch` continues; the bool says if exact.
+
+    With the same global batch the position is exact. Otherwise it keeps the epoch and
+    rounds the offset inside it up to the next step of the new global batch.
+    """
+    per_old = steps_per_epoch(num_samples, old_global_batch)
+    epoch, old_step = divmod(step, per_old)
+    if old_global_batch == new_global_batch:
+        return DataPosition(epoch, old_step), True
+    offset = old_step * old_global_batch
+    new_step = -(-offset // new_global_batch)
+    if new_step >= steps_per_epoch(num_samples, new_global_batch):
+        return DataPosition(epoch + 1, 0), False
+    return DataPosition(epoch, new_step), False
+
+
+class GlobalOrderBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Yields this rank's index lists, one per loop step, forever, from `start`."""
+
+    def __init__(self, num_samples: int, *, seed: int, batch_size: int, dp_world_size: int, dp_rank: int, start: DataPosition) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        self.batch_size = batch_size
+        self.global_batch = batch_size * dp_world_size
+        self.dp_rank = dp_rank
+        self.start = start
+        self.per_epoch = steps_per_epoch(num_samples, self.global_batch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        epoch, step = self.start.epoch, self.start.step_in_epoch
+        while True:
+            order = epoch_order(self.num_samples, self.seed, epoch)
+            for s in range(step, self.per_epoch):
+                lo = s * self.global_batch + self.dp_rank * self.batch_size
+                yield order[lo : lo + self.batch_size].tolist()
+            epoch, step = epoch + 1, 0
+
+    def __len__(self) -> int:
+        return self.per_epoch
+
+    def epoch_after(self, steps_taken: int) -> int:
+        """The epoch of the batch produced after `steps_taken` batches from the start."""
+        return self.start.epoch + (self.start.step_in_epoch + steps_taken) // self.per_epoch

@@ -1,0 +1,126 @@
+"""Metrics: accumulated on device, reduced across ranks once per log step.
+
+Every rank calls `MetricsWindow.reduce()` at a log step (it is collective):
+- loss and the policy's info scalars: mean over the window's loop steps and over ranks
+  (gloo has no AVG: SUM, then divide);
+- timings: the max over ranks;
+- `samples_per_s`: the whole cluster's throughput (global samples / slowest rank's time);
+- memory: the max over ranks.
+Only the main rank writes (`MetricsSink`): `metrics.jsonl`, the console line, a rich progress
+bar when stdout is a TTY, and trackio when enabled. Nothing calls `.item()` per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from lr_config import MetricsRecord, TrainConfig, to_dict
+
+
+def _all_reduce(t: torch.Tensor, op: Any) -> torch.Tensor:
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t, op=op)
+    return t
+
+
+def memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+@dataclass
+class MetricsWindow:
+    """Per-rank accumulators between two log steps."""
+
+    device: torch.device
+    steps: int = 0
+    loss_sum: torch.Tensor | None = None
+    info_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    data_s: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, loss: torch.Tensor, info: dict[str, torch.Tensor], data_s: float) -> None:
+        loss = loss.detach().float()
+        self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
+        for k, v in info.items():
+            v = v.detach().float()
+            self.info_sums[k] = v if k not in self.info_sums else self.info_sums[k] + v
+        self.data_s += data_s
+        self.steps += 1
+
+    def reduce(self, world_size: int, samples_per_step: int) -> dict[str, Any]:
+        """Collective: the window's reduced values (identical on every rank)."""
+        keys = sorted(self.info_sums)
+        assert self.loss_sum is not None
+        means = torch.stack([self.loss_sum, *(self.info_sums[k] for k in keys)]).to(self.device) / self.steps
+        means = _all_reduce(means, dist.ReduceOp.SUM) / world_size
+        wall = time.perf_counter() - self.started
+        mem = memory_gb(self.device)
+        maxes = _all_reduce(torch.tensor([wall, self.data_s, mem], dtype=torch.float64, device=self.device), dist.ReduceOp.MAX)
+        values = means.tolist()
+        wall_max, data_max, mem_max = maxes.tolist()
+        return {
+            "loss": values[0],
+            "info": dict(zip(keys, values[1:])),
+            "update_s": (wall_max - data_max) / self.steps,
+            "dataloading_s": data_max / self.steps,
+            "samples_per_s": samples_per_step * self.steps / max(wall_max, 1e-9),
+            "mem_gb": mem_max,
+        }
+
+
+class MetricsSink:
+    """Main-rank writer of metrics.jsonl, the console and trackio."""
+
+    def __init__(self, cfg: TrainConfig, output_dir: Path, total_steps: int, start_step: int) -> None:
+        self.path = output_dir / "metrics.jsonl"
+        self.total = total_steps
+        self.progress: Any = None
+        self.task: Any = None
+        if sys.stdout.isatty() and not os.environ.get("LR_NO_PROGRESS"):
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), transient=True)
+            self.task = self.progress.add_task("train", total=total_steps, completed=start_step)
+            self.progress.start()
+        self.trackio: Any = None
+        if cfg.trackio.enable:
+            import trackio
+
+            trackio.init(project=cfg.trackio.project, name=cfg.trackio.run_name or cfg.job_name, config=to_dict(cfg))
+            self.trackio = trackio
+
+    def advance(self, step: int) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step)
+
+    def write(self, record: MetricsRecord) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(to_dict(record)) + "\n")
+        info = " ".join(f"{k} {v:.4f}" for k, v in record.info.items())
+        line = (
+            f"step {record.step}/{self.total} epoch {record.epoch} loss {record.loss:.4f} {info} "
+            f"lr {record.lr:.2e} grad_norm {record.grad_norm:.3f} {record.samples_per_s:.0f} samples/s"
+        )
+        if self.progress is not None:
+            self.progress.console.print(line)
+        else:
+            print(line, flush=True)
+        if self.trackio is not None:
+            self.trackio.log({"loss": record.loss, "lr": record.lr, "grad_norm": record.grad_norm, "samples_per_s": record.samples_per_s, **record.info}, step=record.step)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        if self.trackio is not None:
+            self.trackio.finish()

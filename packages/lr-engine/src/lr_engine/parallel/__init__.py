@@ -1,0 +1,1 @@
+"""Layouts: process groups, meshes, wrapping and precision."""

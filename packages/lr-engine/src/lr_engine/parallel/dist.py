@@ -1,0 +1,122 @@
+"""Process-group set-up and tear-down; the one place that reads the launcher's environment.
+
+`init_distributed(cfg)` reads torchrun's variables (WORLD_SIZE, RANK, LOCAL_RANK,
+LOCAL_WORLD_SIZE; `accelerate launch` goes through torchrun and sets the same), validates
+the config for that world (exit 2 on a bad topology happens before any collective),
+initializes gloo (CPU) or NCCL (CUDA) with a collective timeout, and builds the DeviceMesh
+with named axes (`dp_replicate`, `dp_shard`). A single process gets no process group and
+no mesh; everything else takes the same path on CPU and GPU.
+
+`finish(code)` is the tear-down FACTS.md requires on every rank: barrier, destroy the
+process group, flush, `os._exit`. Without it gloo aborts at interpreter exit at random.
+`abort(code)` is for a rank that failed: no collective (the others may be gone), exit now;
+torchrun then stops the remaining ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from lr_config import Topology, TrainConfig, validate
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+DEFAULT_TIMEOUT_S = 300
+
+
+@dataclass
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    topology: Topology
+    device: torch.device
+    mesh: DeviceMesh | None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def dp_rank(self) -> int:
+        """Rank along the flattened (dp_replicate, dp_shard) axes: the data slice."""
+        return self.rank
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def best_device(requested: str | None, local_rank: int) -> torch.device:
+    """--policy.device, else the best available: cuda, mps, xpu, cpu."""
+    if requested:
+        kind = requested.split(":")[0]
+        if kind == "cuda":
+            return torch.device("cuda", local_rank if ":" not in requested else int(requested.split(":")[1]))
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return torch.device("xpu", local_rank)
+    return torch.device("cpu")
+
+
+def launcher_world() -> tuple[int, int, int, int]:
+    """(world_size, rank, local_rank, nnodes) from the launcher's environment."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    nnodes = max(1, world // max(1, local_world))
+    return world, rank, local_rank, nnodes
+
+
+def init_distributed(cfg: TrainConfig) -> DistContext:
+    world, rank, local_rank, nnodes = launcher_world()
+    topo = validate(cfg, world_size=world, nnodes=nnodes)
+    assert topo is not None
+    device = best_device(cfg.policy.device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    mesh: DeviceMesh | None = None
+    if world > 1:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        timeout = timedelta(seconds=float(os.environ.get("LR_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
+        dist.init_process_group(backend=backend, timeout=timeout, device_id=device if device.type == "cuda" else None)
+        mesh = init_device_mesh(
+            device.type,
+            (topo.dp_replicate, topo.dp_shard),
+            mesh_dim_names=("dp_replicate", "dp_shard"),
+        )
+    return DistContext(rank=rank, local_rank=local_rank, world_size=world, topology=topo, device=device, mesh=mesh)
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def finish(code: int) -> None:
+    """Clean exit for every rank (see the module docstring). Never returns."""
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+            dist.destroy_process_group()
+        except Exception:  # a peer already failed; exit anyway, non-zero
+            code = code or 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def abort(code: int) -> None:
+    """Exit a failed rank now, without collectives. Never returns."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
