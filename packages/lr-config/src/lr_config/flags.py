@@ -67,7 +67,8 @@ def _fields_of(tp: Any) -> dict[str, Any] | None:
     if classes is not None:
         merged: dict[str, Any] = {"type": str}
         for cls in classes:
-            merged.update({f.name: hints(cls)[f.name] for f in dataclasses.fields(cls)})
+            h = hints(cls)
+            merged.update({f.name: h[f.name] for f in dataclasses.fields(cls)})
         return merged
     tp = _unwrap_optional(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -157,9 +158,11 @@ def _base_dict(config_path: str | None) -> dict[str, Any]:
         return to_dict(TrainConfig())
     path = Path(config_path)
     if path.is_dir():
-        path = path / "train_config.json"
+        # a run folder, a checkpoint step folder (or `last`), or its pretrained_model/
+        inside = [path / "train_config.json", path / "pretrained_model" / "train_config.json"]
+        path = next((p for p in inside if p.exists()), inside[0])
     if not path.exists():
-        raise ConfigError(f"--config_path: {config_path} does not exist")
+        raise ConfigError(f"--config_path: {config_path} does not exist (expected a train_config.json or a checkpoint folder)")
     cfg = load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
     data = to_dict(cfg)
     data["config_path"] = str(path)
