@@ -210,6 +210,14 @@ def load_json(path: Path, cls: type[T], *, current_version: int) -> T:
     return from_dict(cls, data, source=str(path))
 
 
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def hints(cls: type) -> dict[str, Any]:
-    """Resolved type hints of a dataclass (annotations are strings in our modules)."""
-    return typing.get_type_hints(cls)
+    """Resolved type hints of a dataclass (annotations are strings in our modules); do not mutate.
+
+    Cached: resolving them is slow, and flag parsing asks for them once per field.
+    """
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
