@@ -201,6 +201,7 @@ def test_config_path_is_the_base_and_flags_override_it(tmp_path: Path) -> None:
     saved = parse_train_config(["--steps=1000", "--batch_size=4", "--policy.type=mlp", "--policy.hidden_dim=32", "--seed=7"])
     save_json(tmp_path / "train_config.json", to_dict(saved))
     cfg = parse_train_config([f"--config_path={tmp_path / 'train_config.json'}", "--steps=50", "--policy.n_layers=2"])
+    assert isinstance(saved.policy, MLPConfig)
     expected = dataclasses.replace(saved, steps=50, config_path=tmp_path / "train_config.json")
     expected.policy = dataclasses.replace(saved.policy, n_layers=2)
     assert cfg == expected
@@ -223,7 +224,7 @@ def test_switching_policy_type_over_a_config_file_keeps_where_it_runs_and_publis
 
 
 def test_missing_config_path(tmp_path: Path) -> None:
-    assert error_of([f"--config_path={tmp_path / 'nope.json'}"]) == f"--config_path: {tmp_path / 'nope.json'} does not exist"
+    assert error_of([f"--config_path={tmp_path / 'nope.json'}"]).startswith(f"--config_path: {tmp_path / 'nope.json'} does not exist")
 
 
 def test_config_path_with_an_unknown_key_or_version_is_refused(tmp_path: Path) -> None:

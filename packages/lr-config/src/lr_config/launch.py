@@ -21,9 +21,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .configs import POLICY_TYPES, TrainConfig
+from .configs import TrainConfig
 from .errors import ConfigError
-from .flags import all_flag_paths
+from .flags import _base_dict, _switch_policy_type, all_flag_paths
 from .serde import to_dict
 from .topology import Topology
 from .validate import validate
@@ -91,18 +91,22 @@ def _flag_value(value: Any) -> str:
 
 
 def config_to_flags(cfg: TrainConfig) -> list[str]:
-    """The `--a.b=value` flags that rebuild `cfg` from the defaults (only what differs)."""
+    """The `--a.b=value` flags that rebuild `cfg` with `parse_train_config` (only what differs).
+
+    The base is the one the parser starts from: the defaults, or `cfg.config_path`'s file
+    (read here), with the policy block swapped when `--policy.type` changes it.
+    """
     leaves = set(all_flag_paths(TrainConfig))
-    current = _flatten(to_dict(cfg), leaves)
-    base_cfg = TrainConfig()
-    defaults = _flatten(to_dict(base_cfg), leaves)
-    flags: list[str] = []
+    config_path = None if cfg.config_path is None else str(cfg.config_path)
+    base = _base_dict(config_path)
+    flags = [] if config_path is None else [f"--config_path={config_path}"]
     policy_type = cfg.policy.type_name
-    if policy_type != base_cfg.policy.type_name:
+    if base["policy"].get("type") != policy_type:
         flags.append(f"--policy.type={policy_type}")
-        defaults.update(_flatten({"policy": to_dict(POLICY_TYPES[policy_type]())}, leaves))
-    for path, value in current.items():
-        if path == "policy.type":
+        _switch_policy_type(base, policy_type)
+    defaults = _flatten(base, leaves)
+    for path, value in _flatten(to_dict(cfg), leaves).items():
+        if path in ("policy.type", "config_path"):
             continue
         if path not in defaults or defaults[path] != value:
             flags.append(f"--{path}={_flag_value(value)}")
