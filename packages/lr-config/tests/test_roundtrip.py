@@ -337,7 +337,10 @@ def test_bash_reads_format_command_back_to_the_argv() -> None:
         "--dataset.repo_id=",
     ]
     command = format_command(argv)
-    assert "\n" in command  # one option per line
+    lines = command.splitlines()
+    assert lines[0] == "torchrun \\"
+    assert lines[3] == "  -m lr_engine.cli train \\"
+    assert [line.split("=")[0] for line in lines[4:]] == ["  '--accelerator.fsdp.wrap_modules", "  '--job_name", "  '--output_dir", "  --dataset.repo_id"]
     script = 'argv() { printf "%s\\0" "$@"; }; argv ' + command
     out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout
     assert out.decode().split("\0")[:-1] == argv

@@ -155,10 +155,11 @@ def _accelerate(spec: LaunchSpec, cfg: TrainConfig) -> list[str]:
 
 def format_command(argv: list[str]) -> str:
     """Multi-line, copy-pastable shell rendering: one launcher option or flag per line."""
-    parts = [shlex.quote(a) for a in argv]
     lines: list[str] = []
-    for part in parts:
-        if lines and (part.startswith("--") or part == "-m"):
+    for arg in argv:
+        part = shlex.quote(arg)
+        # Decide on the raw argument: a quoted flag ('--job_name=a b') starts a line too.
+        if lines and (arg.startswith("--") or arg == "-m"):
             lines.append(part)
         elif lines:
             lines[-1] += " " + part
