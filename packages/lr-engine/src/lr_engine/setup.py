@@ -125,6 +125,9 @@ def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None)
         num_workers=cfg.num_workers,
         pin_memory=ctx.device.type == "cuda",
         persistent_workers=cfg.num_workers > 0,
+        # Its own generator: creating the iterator must not draw from the global RNG, or a
+        # resumed run (which creates it after restoring the RNG) would diverge.
+        generator=torch.Generator().manual_seed(cfg.seed),
     )
     assert cfg.policy.input_features is not None and cfg.policy.output_features is not None
     pre, post = make_processors(cfg.policy.input_features, cfg.policy.output_features, dict(cfg.policy.normalization_mapping), dataset.meta.stats)

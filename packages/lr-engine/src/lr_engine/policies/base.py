@@ -64,12 +64,19 @@ class Policy(nn.Module):
 
 
 def masked_l1(pred: torch.Tensor, target: torch.Tensor, is_pad: torch.Tensor | None) -> torch.Tensor:
-    """Mean absolute error over the non-padded steps of an action chunk."""
+    """Absolute error averaged over each sample's non-padded steps, then over the batch.
+
+    Normalizing per sample (not by the batch's total count) makes the loss of a batch the
+    mean of its samples' losses, so B samples on each of N ranks give exactly the loss and
+    gradients of N*B samples on one process, and accumulation over K micro-batches equals
+    one K-times larger batch.
+    """
     err = (pred - target).abs()
     if is_pad is None:
         return err.mean()
     keep = (~is_pad).unsqueeze(-1).to(err.dtype)
-    return (err * keep).sum() / (keep.sum() * err.shape[-1]).clamp_min(1.0)
+    per_sample = (err * keep).sum(dim=(1, 2)) / (keep.sum(dim=(1, 2)) * err.shape[-1]).clamp_min(1.0)
+    return per_sample.mean()
 
 
 def registry() -> dict[str, type[Policy]]:
