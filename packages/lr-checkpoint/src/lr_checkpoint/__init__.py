@@ -1,1 +1,82 @@
-"""placeholder"""
+"""lr-checkpoint: crash-safe checkpoints that survive a change of topology.
+
+Layout (see `_layout`): `<output_dir>/checkpoints/<step:06d>/{pretrained_model,training_state}/`
+and a relative `checkpoints/last` link, switched only once a step folder is complete.
+Formats: `safetensors` (gathered weights and optimizer), `dcp` (DCP shards of both) and
+`safetensors_dcp` (DCP shards plus gathered weights); single-process and DDP runs always
+write `safetensors`.
+
+Saving (collective, every rank):
+
+    >>> path = save_checkpoint(output_dir / "checkpoints", step, SaveRequest(...))
+    >>> wait_for_pending_save()        # before the next optimizer.step (async DCP saves)
+
+Resuming, in two phases:
+
+    >>> step_dir = resolve_step_dir(config_path)          # phase 1, before wrapping
+    >>> state = read_resume_state(step_dir); restore_rng(step_dir, rank)
+    >>> load_model_and_optimizer(step_dir, wrapped_model, optimizer)   # phase 2, collective
+
+Offline: `convert_checkpoint` (DCP shards -> model.safetensors, streaming),
+`inspect_checkpoint` (headers only) and `verify_checkpoint` (every byte readable), also
+as the `lr-checkpoint` CLI.
+
+`import lr_checkpoint` does not import torch: resolve_step_dir, read_training_step,
+read_resume_state, inspect_checkpoint and the dataclasses stay light (for the TUI); the
+other names import torch on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._errors import CheckpointError
+from ._inspect import inspect_checkpoint
+from ._layout import resolve_step_dir
+from ._request import ResumeState, SaveRequest
+from ._resume import read_resume_state, read_training_step
+
+if TYPE_CHECKING:
+    from ._convert import convert_checkpoint
+    from ._gather import gather_model_state_dict
+    from ._load import load_model_and_optimizer
+    from ._rng import capture_rng_state, restore_rng
+    from ._save import save_checkpoint, wait_for_pending_save
+    from ._verify import verify_checkpoint
+
+__all__ = [
+    "CheckpointError",
+    "ResumeState",
+    "SaveRequest",
+    "capture_rng_state",
+    "convert_checkpoint",
+    "gather_model_state_dict",
+    "inspect_checkpoint",
+    "load_model_and_optimizer",
+    "read_resume_state",
+    "read_training_step",
+    "resolve_step_dir",
+    "restore_rng",
+    "save_checkpoint",
+    "verify_checkpoint",
+    "wait_for_pending_save",
+]
+
+_HEAVY = {
+    "capture_rng_state": "._rng",
+    "convert_checkpoint": "._convert",
+    "gather_model_state_dict": "._gather",
+    "load_model_and_optimizer": "._load",
+    "restore_rng": "._rng",
+    "save_checkpoint": "._save",
+    "verify_checkpoint": "._verify",
+    "wait_for_pending_save": "._save",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the torch-dependent parts of the API on first use."""
+    if name in _HEAVY:
+        return getattr(importlib.import_module(_HEAVY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

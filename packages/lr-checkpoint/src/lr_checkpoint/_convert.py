@@ -1,0 +1,83 @@
+"""Offline conversion: DCP model shards -> `pretrained_model/model.safetensors`.
+
+One process, no process group, no GPU. Streaming: the safetensors header is built from
+the DCP metadata alone, then tensors are loaded one at a time and appended, so memory
+holds about one tensor beyond the torch baseline. The file is written under a temporary
+name, checked with `safe_open`, then renamed. Nothing existing is touched unless asked:
+an existing model.safetensors needs `overwrite`, and the shards are deleted
+(`delete_dcp`) only after every tensor of the new file compared equal to them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ._dcp_meta import DcpMetadata, read_whole_dcp_metadata
+from ._dcp_read import iter_dcp_tensors
+from ._errors import CheckpointError
+from ._layout import StepFiles, resolve_step_dir
+from ._st_format import TensorSpec
+from ._st_writer import write_safetensors
+
+__all__ = ["EXPORT_DTYPES", "convert_checkpoint"]
+
+EXPORT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+_FLOATING = {"float64", "float32", "float16", "bfloat16"}
+
+
+def _target_dtype(saved: str, dtype: str) -> str:
+    """Floating tensors take the export dtype; integer and bool buffers keep theirs."""
+    return EXPORT_DTYPES[dtype] if saved in _FLOATING else saved
+
+
+def _check_request(files: StepFiles, dtype: str, overwrite: bool, delete_dcp: bool) -> None:
+    if dtype not in EXPORT_DTYPES:
+        raise CheckpointError(f"--dtype: expected one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
+    if delete_dcp and dtype != "fp32":
+        raise CheckpointError(
+            "--delete_dcp=true needs --dtype=fp32: the DCP shards are the only full-precision copy of the weights"
+        )
+    if not files.has_model_dcp():
+        already = " (it already has model.safetensors)" if files.model.is_file() else ""
+        raise CheckpointError(f"{files.root}: has no DCP model shards ({files.model_dcp.name}/) to convert{already}")
+    if files.model.exists() and not overwrite:
+        raise CheckpointError(f"{files.model}: already exists; pass --overwrite=true to replace it")
+
+
+def _specs(meta: DcpMetadata, dtype: str) -> list[TensorSpec]:
+    return [TensorSpec(name=key, dtype=_target_dtype(meta.tensors[key].dtype, dtype), shape=meta.tensors[key].shape) for key in sorted(meta.tensors)]
+
+
+def _cast(tensors: Iterator[tuple[str, torch.Tensor]], specs: list[TensorSpec]) -> Iterator[tuple[str, torch.Tensor]]:
+    for (key, tensor), spec in zip(tensors, specs):
+        yield key, tensor.to(getattr(torch, spec.dtype))
+
+
+def _check_equal(path: Path, meta: DcpMetadata, specs: list[TensorSpec]) -> None:
+    keys = [s.name for s in specs]
+    with safe_open(str(path), framework="pt") as f:
+        for key, tensor in _cast(iter_dcp_tensors(meta, keys), specs):
+            if not torch.equal(f.get_tensor(key), tensor):
+                raise CheckpointError(f"{path}: tensor {key!r} differs from the DCP shards after writing; the shards were kept")
+
+
+def convert_checkpoint(checkpoint_dir: Path, *, dtype: str = "fp32", overwrite: bool = False, delete_dcp: bool = False) -> Path:
+    """Merge a checkpoint's DCP model shards into `pretrained_model/model.safetensors`.
+
+    `checkpoint_dir` is anything `resolve_step_dir` accepts. `dtype` (fp32, bf16, fp16)
+    applies to floating tensors. Returns the path of the written file.
+    """
+    files = StepFiles(resolve_step_dir(checkpoint_dir))
+    _check_request(files, dtype, overwrite, delete_dcp)
+    meta = read_whole_dcp_metadata(files.model_dcp)
+    specs = _specs(meta, dtype)
+    write_safetensors(files.model, specs, _cast(iter_dcp_tensors(meta, [s.name for s in specs]), specs), {"format": "pt"})
+    if delete_dcp:
+        _check_equal(files.model, meta, specs)
+        shutil.rmtree(files.model_dcp)
+    return files.model

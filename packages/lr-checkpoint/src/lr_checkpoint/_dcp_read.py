@@ -1,0 +1,45 @@
+"""Let DCP read tensors, after our restricted parse of the folder's `.metadata`.
+
+`load_in_place` is resume's load (collective under a process group, plain in one
+process); `load_dcp_tensor` / `iter_dcp_tensors` read one whole tensor at a time in one
+process with no process group, for the converter and verify. Callers must have passed
+the folder through `read_whole_dcp_metadata` first: only then may DCP unpickle it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+from ._dcp_meta import DcpMetadata, DcpTensor
+
+__all__ = ["iter_dcp_tensors", "load_dcp_tensor", "load_in_place"]
+
+
+def load_in_place(state: dict[str, Any], folder: Path) -> None:
+    """DCP-load `folder` into the tensors of `state` (collective when a process group exists)."""
+    with warnings.catch_warnings():
+        # Without a process group DCP warns that it loads in one process: that is the intent.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp_load(state, storage_reader=FileSystemReader(folder))
+
+
+def load_dcp_tensor(folder: Path, key: str, entry: DcpTensor) -> torch.Tensor:
+    """One whole tensor (all its chunks) from a DCP folder, in this process alone."""
+    tensor = torch.empty(entry.shape, dtype=getattr(torch, entry.dtype))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp_load({key: tensor}, storage_reader=FileSystemReader(folder), no_dist=True)
+    return tensor
+
+
+def iter_dcp_tensors(meta: DcpMetadata, keys: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(key, tensor)` for `keys` in order, holding one tensor at a time."""
+    for key in keys:
+        yield key, load_dcp_tensor(meta.folder, key, meta.tensors[key])

@@ -1,0 +1,88 @@
+"""Rank helpers that also work in one process without a process group.
+
+Rank and world size come from `torch.distributed` when a process group is initialized,
+else rank 0 of 1. The main rank is global rank 0. `run_on_main` runs a block on the main
+rank only and re-raises its failure on every rank, so a rank-0 error (a full disk, a
+bad callback) never leaves the other ranks waiting forever at the next collective.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import torch.distributed as dist
+
+from ._errors import CheckpointError
+
+__all__ = ["barrier", "broadcast_value", "gather_values", "is_distributed", "is_main", "pause_point", "rank", "run_on_main", "world_size"]
+
+T = TypeVar("T")
+
+PAUSE_ENV = "LR_TEST_PAUSE_IN_SAVE"
+PAUSE_POINTS = ("before_shards", "between_shards", "before_rename", "before_last")
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+
+
+def broadcast_value(value: T) -> T:
+    """The main rank's `value` on every rank (a small picklable object)."""
+    if not is_distributed():
+        return value
+    box: list[object] = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[return-value]
+
+
+def gather_values(value: T) -> list[T] | None:
+    """Every rank's `value`, in rank order, on the main rank; None elsewhere."""
+    if not is_distributed():
+        return [value]
+    out: list[object] | None = [None] * world_size() if is_main() else None
+    dist.gather_object(value, out, dst=0)
+    return out  # type: ignore[return-value]
+
+
+def run_on_main(block: Callable[[], None], what: str) -> None:
+    """Run `block` on the main rank; if it fails there, every rank raises."""
+    failure: Exception | None = None
+    if is_main():
+        try:
+            block()
+        except Exception as exc:
+            failure = exc
+    message = broadcast_value(None if failure is None else f"{type(failure).__name__}: {failure}")
+    if failure is not None:
+        raise failure
+    if message is not None:
+        raise CheckpointError(f"{what} failed on the main rank ({message}); see the main rank's output")
+
+
+def pause_point(point: str, checkpoints_dir: Path) -> None:
+    """Test hook: with LR_TEST_PAUSE_IN_SAVE=<point>, the main rank marks and sleeps here."""
+    if os.environ.get(PAUSE_ENV) != point or not is_main():
+        return
+    (checkpoints_dir / f".paused-{point}").write_text(f"{os.getpid()}\n")
+    time.sleep(300)  # the test kills this process long before

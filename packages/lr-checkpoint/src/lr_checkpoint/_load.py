@@ -1,0 +1,171 @@
+"""Resume phase 2: load model and optimizer state into the wrapped model, any layout.
+
+Collective: every rank calls `load_model_and_optimizer` after wrapping (plain, DDP,
+FSDP2 or HSDP, with or without a process group). Each part is read from DCP shards when
+the checkpoint has them (DCP reshards onto the current mesh) and from the gathered
+safetensors file otherwise (read by the main rank, broadcast and sliced onto each rank).
+Before any collective, the main rank checks the files against the model (names,
+shapes, optimizer groups) and every rank raises the same `CheckpointError` on a
+mismatch, so a bad checkpoint never hangs a job or ends in a raw traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+from ._dcp_meta import read_whole_dcp_metadata
+from ._dcp_read import load_in_place
+from ._dist import run_on_main
+from ._errors import CheckpointError
+from ._layout import StepFiles, resolve_step_dir
+from ._resume import read_json_object
+from ._st_format import read_header
+from ._state import (
+    OPTIMIZER_JSON_VERSION,
+    join_optimizer_state,
+    load_full_model_state,
+    load_full_optimizer_state,
+    local_model_state,
+    local_optimizer_state,
+    split_optimizer_state,
+)
+
+__all__ = ["load_model_and_optimizer", "read_optimizer_json", "saved_shapes"]
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+def saved_shapes(source: Path) -> Shapes:
+    """Tensor name -> shape of a safetensors file or a DCP folder (headers only, checked)."""
+    if source.is_dir():
+        return {k: t.shape for k, t in read_whole_dcp_metadata(source).tensors.items()}
+    return read_header(source).shapes()
+
+
+def _shapes_of(tensors: dict[str, torch.Tensor]) -> Shapes:
+    return {k: tuple(v.shape) for k, v in tensors.items()}
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_shapes(source: Path, expected: Shapes, what: str) -> None:
+    saved = saved_shapes(source)
+    missing = sorted(set(expected) - set(saved))
+    unexpected = sorted(set(saved) - set(expected))
+    reshaped = sorted(k for k in set(expected) & set(saved) if expected[k] != saved[k])
+    problems = [
+        f"missing {_listed(missing)}" if missing else "",
+        f"not in this {what}: {_listed(unexpected)}" if unexpected else "",
+        "different shapes: " + _listed([f"{k} {saved[k]} vs {expected[k]}" for k in reshaped]) if reshaped else "",
+    ]
+    if any(problems):
+        raise CheckpointError(
+            f"{source}: does not match this {what} ({'; '.join(p for p in problems if p)}); "
+            f"resume with the same policy and optimizer settings as the run that saved it"
+        )
+
+
+def read_optimizer_json(path: Path) -> dict[str, Any]:
+    """`optimizer_param_groups.json`, checked for its schema."""
+    data = read_json_object(path)
+    groups, other = data.get("param_groups"), data.get("non_tensor_state")
+    ok = (
+        data.get("version") == OPTIMIZER_JSON_VERSION
+        and isinstance(groups, list)
+        and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+        and isinstance(other, dict)
+    )
+    if not ok or set(data) != {"version", "param_groups", "non_tensor_state"}:
+        raise CheckpointError(f"{path}: not an lr optimizer param-groups file (version {OPTIMIZER_JSON_VERSION}); the file is damaged")
+    return data
+
+
+def _check_groups(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    before = [g["params"] for g in saved["param_groups"]]
+    now = [g["params"] for g in current["param_groups"]]
+    if before != now:
+        raise CheckpointError(
+            f"{path}: the optimizer's parameter groups differ from this run's "
+            f"({len(before)} groups of {[len(p) for p in before]} parameters saved, {len(now)} of {[len(p) for p in now]} now); "
+            "resume with the same model, PEFT and optimizer settings"
+        )
+
+
+def _missing_model(files: StepFiles) -> CheckpointError:
+    return CheckpointError(
+        f"{files.pretrained}: has neither model.safetensors nor DCP shards (pytorch_model_fsdp_0/); the checkpoint is incomplete"
+    )
+
+
+def _load_model(files: StepFiles, model: nn.Module) -> None:
+    local = local_model_state(model)
+    if files.has_model_dcp():
+        run_on_main(lambda: _check_shapes(files.model_dcp, _shapes_of(local), "model"), f"checking {files.model_dcp}")
+        load_in_place(local, files.model_dcp)
+        set_model_state_dict(model, dict(local))
+        return
+    if not files.model.is_file():
+        raise _missing_model(files)
+    full: dict[str, torch.Tensor] = {}
+
+    def read() -> None:
+        _check_shapes(files.model, _shapes_of(local), "model")
+        full.update(load_file(files.model))
+
+    run_on_main(read, f"reading {files.model}")
+    load_full_model_state(model, full)
+
+
+def _load_optimizer_dcp(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:
+    tensors, current = split_optimizer_state(template)
+
+    def check() -> None:
+        _check_groups(files.optimizer_groups, read_optimizer_json(files.optimizer_groups), current)
+        _check_shapes(files.optimizer_dcp, _shapes_of(tensors), "optimizer")
+
+    run_on_main(check, f"checking {files.optimizer_dcp}")
+    extra = read_optimizer_json(files.optimizer_groups)
+    load_in_place(tensors, files.optimizer_dcp)
+    set_optimizer_state_dict(model, optimizer, join_optimizer_state(tensors, extra, template["param_groups"]))
+
+
+def _load_optimizer_full(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:
+    tensors, current = split_optimizer_state(template)
+    osd: dict[str, Any] = {}
+
+    def read() -> None:
+        extra = read_optimizer_json(files.optimizer_groups)
+        _check_groups(files.optimizer_groups, extra, current)
+        _check_shapes(files.optimizer, _shapes_of(tensors), "optimizer")
+        osd.update(join_optimizer_state(load_file(files.optimizer), extra, template["param_groups"]))
+
+    run_on_main(read, f"reading {files.optimizer}")
+    load_full_optimizer_state(model, optimizer, osd)
+
+
+def _load_optimizer(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    if files.has_optimizer_dcp():
+        _load_optimizer_dcp(files, model, optimizer, local_optimizer_state(model, optimizer))
+    elif files.optimizer.is_file():
+        _load_optimizer_full(files, model, optimizer, local_optimizer_state(model, optimizer))
+    else:
+        raise CheckpointError(
+            f"{files.training_state}: has neither optimizer_state.safetensors nor optimizer_0/; "
+            "the checkpoint is incomplete (load the weights alone with optimizer=None, e.g. to fine-tune)"
+        )
+
+
+def load_model_and_optimizer(step_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+    """Collective: load a checkpoint's model (and optimizer) state onto the current layout."""
+    files = StepFiles(resolve_step_dir(step_dir))
+    _load_model(files, model)
+    if optimizer is not None:
+        _load_optimizer(files, model, optimizer)

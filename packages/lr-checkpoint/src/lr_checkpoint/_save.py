@@ -1,0 +1,285 @@
+"""Collective, crash-safe checkpoint saves.
+
+Every rank calls `save_checkpoint(checkpoints_dir, step, request)` at the same point.
+In order:
+
+1. the main rank clears leftovers of interrupted saves and creates
+   `checkpoints/.tmp-<step>-<token>/` (token broadcast, so every rank writes there);
+2. model data: DCP shards (every rank) and/or the gathered `model.safetensors`
+   (gathered on every rank, written by the main rank);
+3. optimizer data, the same way: `optimizer_0/` DCP shards, or the gathered
+   `optimizer_state.safetensors`; `optimizer_param_groups.json` either way;
+4. one main-rank block writes the single files: train_config.json, training_step.json,
+   scheduler/scaler JSON, every rank's RNG, and the engine's `write_pretrained` callback;
+5. commit (main rank): fsync the tree, rename the temp folder to `<step:06d>`, switch
+   `last` with an atomic symlink replace, prune to `checkpoint_keep`.
+
+Ranks leave only once the commit is done (or raise if it failed on the main rank). A
+crash anywhere before the rename leaves a dot-named temp folder that readers ignore and
+the next save deletes; a crash before the `last` switch leaves `last` on the previous
+checkpoint. With `checkpoint_async` and a DCP format, steps 2 and 3 write in background
+threads (their own gloo group) and step 5 runs in `wait_for_pending_save()`, which the
+engine calls on every rank before its next optimizer step and at the end of training.
+
+Test hook: `LR_TEST_PAUSE_IN_SAVE=before_shards|between_shards|before_rename|before_last`
+makes the main rank write `checkpoints/.paused-<point>` (its pid) and sleep there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.state_dict_saver import async_save, save as dcp_save
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+from lr_config import save_json, save_training_step, to_dict
+
+from ._dist import broadcast_value, gather_values, pause_point, run_on_main
+from ._layout import LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
+from ._request import SaveRequest
+from ._rng import capture_rng_state, encode_all_ranks
+from ._st_writer import write_tensor_dict
+from ._state import full_model_state, full_optimizer_state, is_sharded, local_model_state, local_optimizer_state, split_optimizer_state
+
+__all__ = ["effective_format", "save_checkpoint", "wait_for_pending_save"]
+
+_DCP_FORMATS = ("dcp", "safetensors_dcp")
+
+
+@dataclass
+class _Save:
+    """One save in progress: where it writes and where it lands."""
+
+    checkpoints_dir: Path
+    tmp: Path
+    final: Path
+    fmt: str
+    keep: int
+    background: bool
+    uploads: list[Any] = field(default_factory=list)
+    stagers: list[DefaultStager] = field(default_factory=list)
+
+    @property
+    def files(self) -> StepFiles:
+        return StepFiles(self.tmp)
+
+
+_pending: _Save | None = None
+_background_groups: dict[str, dist.ProcessGroup] = {}
+
+
+def effective_format(model: nn.Module, requested: str) -> str:
+    """The requested format for sharded models; `safetensors` for single and DDP."""
+    return requested if is_sharded(model) else "safetensors"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _, names in os.walk(root):
+        for name in names:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(folder))
+
+
+def _clear_leftovers(checkpoints_dir: Path) -> None:
+    for entry in checkpoints_dir.iterdir():
+        if entry.name.startswith(TEMP_PREFIX) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.name.startswith(".last-") and entry.is_symlink():
+            entry.unlink(missing_ok=True)
+
+
+def _begin(checkpoints_dir: Path, step: int, request: SaveRequest) -> _Save:
+    fmt = effective_format(request.model, request.train_config.checkpoint_format)
+    token = broadcast_value(secrets.token_hex(4))
+    name = step_dir_name(step)
+    save = _Save(
+        checkpoints_dir=checkpoints_dir,
+        tmp=checkpoints_dir / f"{TEMP_PREFIX}{name}-{token}",
+        final=checkpoints_dir / name,
+        fmt=fmt,
+        keep=request.train_config.checkpoint_keep,
+        background=request.train_config.checkpoint_async and fmt in _DCP_FORMATS,
+    )
+
+    def create() -> None:
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        _clear_leftovers(checkpoints_dir)
+        save.files.pretrained.mkdir(parents=True)
+        save.files.training_state.mkdir(parents=True)
+
+    run_on_main(create, f"creating {save.tmp}")
+    return save
+
+
+def _background_group(slot: str) -> dist.ProcessGroup:
+    """A gloo group per background writer (model, optimizer): each writes from its own
+    thread, and collectives of two threads must never share a group (nor the training's)."""
+    if slot not in _background_groups:
+        _background_groups[slot] = cast(dist.ProcessGroup, dist.new_group(backend="gloo"))
+    return _background_groups[slot]
+
+
+def _write_dcp(save: _Save, state: dict[str, Any], folder: Path) -> None:
+    if not save.background:
+        dcp_save(state, storage_writer=FileSystemWriter(folder))
+        return
+    stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=False))
+    group = _background_group(folder.name)
+    response = async_save(state, storage_writer=FileSystemWriter(folder), process_group=group, async_stager=stager)
+    save.uploads.append(getattr(response, "upload_completion", response))
+    save.stagers.append(stager)
+
+
+def _save_model(save: _Save, model: nn.Module) -> None:
+    if save.fmt in _DCP_FORMATS:
+        _write_dcp(save, dict(local_model_state(model)), save.files.model_dcp)
+    if save.fmt != "dcp":
+        full = full_model_state(model)
+        run_on_main(lambda: write_tensor_dict(save.files.model, full, {"format": "pt"}), f"writing {save.files.model}")
+        del full
+
+
+def _save_optimizer(save: _Save, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    if save.fmt in _DCP_FORMATS:
+        tensors, extra = split_optimizer_state(local_optimizer_state(model, optimizer))
+        _write_dcp(save, dict(tensors), save.files.optimizer_dcp)
+        run_on_main(lambda: save_json(save.files.optimizer_groups, extra), f"writing {save.files.optimizer_groups}")
+        return
+    full = full_optimizer_state(model, optimizer)
+
+    def write() -> None:
+        tensors, extra = split_optimizer_state(full)
+        write_tensor_dict(save.files.optimizer, tensors)
+        save_json(save.files.optimizer_groups, extra)
+
+    run_on_main(write, f"writing {save.files.optimizer}")
+
+
+def _write_single_files(save: _Save, request: SaveRequest, rng: list[dict[str, torch.Tensor]] | None) -> Callable[[], None]:
+    def write() -> None:
+        files = save.files
+        save_json(files.train_config, to_dict(request.train_config))
+        save_training_step(files.training_step, dataclasses.replace(request.training_step, checkpoint_format=save.fmt))
+        save_json(files.scheduler, request.scheduler_state)
+        if request.scaler_state is not None:
+            save_json(files.scaler, request.scaler_state)
+        assert rng is not None  # gathered on the main rank
+        write_tensor_dict(files.rng, encode_all_ranks(rng), {"world_size": str(len(rng))})
+        request.write_pretrained(files.pretrained)
+
+    return write
+
+
+def _point_last(checkpoints_dir: Path, name: str) -> None:
+    link = checkpoints_dir / LAST
+    if link.exists() and not link.is_symlink():
+        raise RuntimeError(f"{link} exists and is not a symlink; move it away so `last` can point to the newest checkpoint")
+    tmp_link = checkpoints_dir / f".last-{secrets.token_hex(4)}"
+    os.symlink(name, tmp_link)
+    os.replace(tmp_link, link)
+    _fsync_dir(checkpoints_dir)
+
+
+def _prune(checkpoints_dir: Path, keep: int) -> None:
+    if keep <= 0:
+        return
+    link = checkpoints_dir / LAST
+    protected = os.readlink(link) if link.is_symlink() else None
+    for old in list_step_dirs(checkpoints_dir)[:-keep]:
+        if old.name != protected:
+            shutil.rmtree(old)
+
+
+def _commit(save: _Save) -> None:
+    def commit() -> None:
+        _fsync_tree(save.tmp)
+        pause_point("before_rename", save.checkpoints_dir)
+        replaced = save.checkpoints_dir / f"{TEMP_PREFIX}replaced-{save.final.name}-{secrets.token_hex(4)}"
+        if save.final.exists():
+            os.rename(save.final, replaced)
+        os.rename(save.tmp, save.final)
+        _fsync_dir(save.checkpoints_dir)
+        pause_point("before_last", save.checkpoints_dir)
+        _point_last(save.checkpoints_dir, save.final.name)
+        shutil.rmtree(replaced, ignore_errors=True)
+        _prune(save.checkpoints_dir, save.keep)
+
+    run_on_main(commit, f"committing {save.final}")
+
+
+def save_checkpoint(checkpoints_dir: Path, step: int, request: SaveRequest) -> Path:
+    """Collective: write `checkpoints_dir/<step:06d>/` and point `last` at it; return it.
+
+    Every rank calls this at the same point of the loop. With `checkpoint_async` and a
+    DCP format the returned folder appears only once `wait_for_pending_save()` ran.
+    """
+    wait_for_pending_save()
+    rng = gather_values(capture_rng_state())
+    save = _begin(Path(checkpoints_dir), step, request)
+    pause_point("before_shards", save.checkpoints_dir)
+    _save_model(save, request.model)
+    pause_point("between_shards", save.checkpoints_dir)
+    _save_optimizer(save, request.model, request.optimizer)
+    run_on_main(_write_single_files(save, request, rng), f"writing the files of {save.tmp}")
+    if save.background:
+        global _pending
+        _pending = save
+    else:
+        _commit(save)
+    return save.final
+
+
+def _finish_uploads(save: _Save) -> str | None:
+    error: str | None = None
+    for upload in save.uploads:
+        try:
+            upload.result()
+        except Exception as exc:  # reported on the main rank, raised on every rank
+            error = f"{type(exc).__name__}: {exc}"
+    for stager in save.stagers:
+        stager.close()
+    return error
+
+
+def wait_for_pending_save() -> None:
+    """Collective when a background save is pending: finish its writes, then commit it.
+
+    Call it on every rank before the next optimizer step (the background copy reads
+    the live parameters and optimizer state) and before exiting. No-op otherwise.
+    """
+    global _pending
+    save, _pending = _pending, None
+    if save is None:
+        return
+    errors = gather_values(_finish_uploads(save))
+
+    def check() -> None:
+        failed = [f"rank {r}: {e}" for r, e in enumerate(errors or []) if e]
+        if failed:
+            raise RuntimeError("background checkpoint write failed (" + "; ".join(failed) + f"); {save.tmp} was not committed")
+
+    run_on_main(check, f"background save of {save.final}")
+    _commit(save)

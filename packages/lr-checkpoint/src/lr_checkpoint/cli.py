@@ -1,0 +1,165 @@
+"""`lr-checkpoint`: convert, inspect and verify checkpoints (one process, no GPU).
+
+    lr-checkpoint convert --checkpoint_dir=DIR [--dtype=fp32|bf16|fp16] [--overwrite=true] [--delete_dcp=true]
+    lr-checkpoint inspect DIR [--json]
+    lr-checkpoint verify DIR
+
+Exit codes: 0 success; 1 verify (or inspect) found problems; 2 bad input (unknown command
+or flag, missing folder, not a checkpoint, a refused overwrite): one paragraph on stderr,
+no traceback, nothing written. torch is imported only by the commands that read tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lr_config import ConfigError, did_you_mean, split_flags
+
+__all__ = ["main"]
+
+PROG = "lr-checkpoint"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its flags (name -> help), whether it takes a DIR argument, its runner."""
+
+    summary: str
+    flags: dict[str, str]
+    run: Callable[[dict[str, str]], int]
+    positional_dir: bool = False
+
+
+def _bool(flags: dict[str, str], name: str) -> bool:
+    value = flags.get(name, "false").lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"--{name}: expected true or false, got {flags[name]!r}")
+    return value == "true"
+
+
+def _dir(flags: dict[str, str]) -> Path:
+    if "checkpoint_dir" not in flags or not flags["checkpoint_dir"]:
+        raise ConfigError("missing the checkpoint folder: pass --checkpoint_dir=DIR (a step folder, its pretrained_model/, or checkpoints/last)")
+    return Path(flags["checkpoint_dir"])
+
+
+def _run_convert(flags: dict[str, str]) -> int:
+    from ._convert import convert_checkpoint
+
+    path = convert_checkpoint(
+        _dir(flags),
+        dtype=flags.get("dtype", "fp32"),
+        overwrite=_bool(flags, "overwrite"),
+        delete_dcp=_bool(flags, "delete_dcp"),
+    )
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    # --push_to_hub (lr-publish) belongs here: publish `path.parent` once it is written.
+    return 0
+
+
+def _format_inspect(report: dict[str, Any]) -> str:
+    topo = report["topology"] or {}
+    lines = [
+        f"checkpoint  {report['path']}",
+        f"step        {report['step']}   format {report['format']}   precision {report['precision']}",
+        f"topology    {topo.get('layout')} (dp_replicate={topo.get('dp_replicate')} dp_shard={topo.get('dp_shard')} world={topo.get('world_size')})",
+    ]
+    for part in ("model", "optimizer"):
+        for source in report[part]:
+            lines.append(f"{part:<11} {source['path']}: {source['tensors']} tensors, {source['bytes'] / 1e6:.2f} MB ({source['kind']})")
+    lines.append(f"files       {len(report['files'])} files, {report['total_bytes'] / 1e6:.2f} MB")
+    lines += [f"  {f['bytes']:>12}  {f['path']}" for f in report["files"]]
+    lines += [f"PROBLEM: {p}" for p in report["problems"]]
+    return "\n".join(lines)
+
+
+def _run_inspect(flags: dict[str, str]) -> int:
+    from ._inspect import inspect_checkpoint
+
+    report = inspect_checkpoint(_dir(flags))
+    print(json.dumps(report, indent=2) if _bool(flags, "json") else _format_inspect(report))
+    return 1 if report["problems"] else 0
+
+
+def _run_verify(flags: dict[str, str]) -> int:
+    from ._layout import resolve_step_dir
+    from ._verify import verify_checkpoint
+
+    step_dir = resolve_step_dir(_dir(flags))  # a path that is no checkpoint is bad input (exit 2)
+    problems = verify_checkpoint(step_dir)
+    for problem in problems:
+        print(f"PROBLEM: {problem}")
+    print(f"{len(problems)} problem(s) in {step_dir}" if problems else f"OK {step_dir}")
+    return 1 if problems else 0
+
+
+_DIR_HELP = "Step folder, its pretrained_model/, checkpoints/last or a checkpoints/ folder."
+COMMANDS: dict[str, Command] = {
+    "convert": Command(
+        "Merge DCP model shards into pretrained_model/model.safetensors (streaming).",
+        {
+            "checkpoint_dir": _DIR_HELP,
+            "dtype": "fp32 (default), bf16 or fp16 for floating tensors.",
+            "overwrite": "true to replace an existing model.safetensors.",
+            "delete_dcp": "true to delete the DCP model shards once the new file is verified.",
+        },
+        _run_convert,
+    ),
+    "inspect": Command("Describe a checkpoint from its headers.", {"checkpoint_dir": _DIR_HELP, "json": "true for JSON output."}, _run_inspect, positional_dir=True),
+    "verify": Command("Check every file is present, complete and readable.", {"checkpoint_dir": _DIR_HELP}, _run_verify, positional_dir=True),
+}
+
+
+def usage() -> str:
+    lines = [f"usage: {PROG} COMMAND [DIR] [--flag=value ...]", "", "commands:"]
+    for name, command in COMMANDS.items():
+        lines.append(f"  {name:<9} {command.summary}")
+        lines += [f"      --{flag}: {text}" for flag, text in command.flags.items()]
+    return "\n".join(lines)
+
+
+def _parse(command: Command, name: str, args: Sequence[str]) -> dict[str, str]:
+    positional = [a for a in args if not a.startswith("--")]
+    flags = split_flags([a for a in args if a.startswith("--")])
+    for flag in flags:
+        if flag not in command.flags:
+            raise ConfigError(f"{name}: unknown flag --{flag}{did_you_mean(flag, command.flags)}; its flags are " + ", ".join(f"--{f}" for f in command.flags))
+    if positional and (not command.positional_dir or len(positional) > 1 or "checkpoint_dir" in flags):
+        raise ConfigError(f"{name}: unexpected argument {positional[-1]!r}; pass the folder as --checkpoint_dir=DIR")
+    if positional:
+        flags["checkpoint_dir"] = positional[0]
+    return flags
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run one command; ConfigError (and CheckpointError) propagate to `main`."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, args = argv[0], argv[1:]
+    if name not in COMMANDS:
+        raise ConfigError(f"unknown command {name!r}{did_you_mean(name, COMMANDS)}; the commands are {', '.join(COMMANDS)}")
+    if any(a in ("-h", "--help") for a in args):
+        print(usage())
+        return 0
+    command = COMMANDS[name]
+    return command.run(_parse(command, name, args))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: a user error is one paragraph on stderr and exit code 2."""
+    try:
+        code = run(list(sys.argv[1:] if argv is None else argv))
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""torchrun worker for the multi-process checkpoint tests (gloo, CPU).
+
+    python -m torch.distributed.run --standalone --nproc-per-node=N ckpt_worker.py SCENARIO WORK_DIR
+
+Scenarios group several checks per launch (start-up dominates): `fsdp2` (2 ranks),
+`hsdp` (4 ranks, 2x2) and `crash` (2 ranks, pauses in the second save for a SIGKILL).
+Any failed assertion exits non-zero with its traceback; success prints `OK <scenario>`.
+Every run ends with the teardown FACTS.md prescribes for gloo.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import lr_checkpoint as lc  # noqa: E402
+from ckpt_toy import assert_matches, draw, make_model, make_optimizer, request, seed_all, shard_model, snapshot, train  # noqa: E402
+
+FORMATS = ("safetensors", "dcp", "safetensors_dcp")
+
+
+def fsdp(seed: int, mesh: object) -> torch.nn.Module:
+    return shard_model(make_model(seed), mesh)
+
+
+def save_formats(work: Path, mesh: object, rank: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = fsdp(0, mesh)
+    optimizer = make_optimizer(model)
+    train(model, optimizer, 3, rank)
+    snapshot(work / "ref_fsdp.safetensors", model, optimizer, rank)
+    for fmt in FORMATS:
+        lc.save_checkpoint(work / f"fsdp_{fmt}" / "checkpoints", 3, request(model, optimizer, 3, fmt))
+    return model, optimizer
+
+
+def load_formats(work: Path, mesh: object, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int) -> None:
+    for fmt in FORMATS:
+        fresh = fsdp(1, mesh)
+        fresh_opt = make_optimizer(fresh)
+        lc.load_model_and_optimizer(work / f"fsdp_{fmt}" / "checkpoints" / "last", fresh, fresh_opt)
+        assert_matches(work / "ref_fsdp.safetensors", fresh, fresh_opt, f"fsdp2 {fmt} -> fsdp2")
+    # The loaded state trains on exactly like the original.
+    train(model, optimizer, 1, rank, seed=9)
+    train(fresh, fresh_opt, 1, rank, seed=9)
+    snapshot(work / "ref_after.safetensors", model, optimizer, rank)
+    assert_matches(work / "ref_after.safetensors", fresh, fresh_opt, "one more step after loading")
+
+
+def ddp_round_trips(work: Path, mesh: object, rank: int) -> None:
+    model = DistributedDataParallel(make_model(2))
+    optimizer = make_optimizer(model)
+    train(model, optimizer, 3, rank)
+    snapshot(work / "ref_ddp.safetensors", model, optimizer, rank)
+    lc.save_checkpoint(work / "ddp" / "checkpoints", 3, request(model, optimizer, 3, "safetensors_dcp"))
+    sharded = fsdp(3, mesh)
+    sharded_opt = make_optimizer(sharded)
+    lc.load_model_and_optimizer(work / "ddp" / "checkpoints", sharded, sharded_opt)
+    assert_matches(work / "ref_ddp.safetensors", sharded, sharded_opt, "ddp-2 -> fsdp2-2")
+    replicated = DistributedDataParallel(make_model(4))
+    replicated_opt = make_optimizer(replicated)
+    lc.load_model_and_optimizer(work / "fsdp_dcp" / "checkpoints", replicated, replicated_opt)
+    assert_matches(work / "ref_fsdp.safetensors", replicated, replicated_opt, "fsdp2-2 dcp -> ddp-2")
+
+
+def single_to_fsdp(work: Path, mesh: object) -> None:
+    model = fsdp(5, mesh)
+    optimizer = make_optimizer(model)
+    lc.load_model_and_optimizer(work / "single" / "checkpoints", model, optimizer)
+    assert_matches(work / "ref_single.safetensors", model, optimizer, "single -> fsdp2-2")
+
+
+def keep_last_two(work: Path, mesh: object, rank: int) -> None:
+    model = fsdp(6, mesh)
+    optimizer = make_optimizer(model)
+    for step in (4, 5, 6):
+        train(model, optimizer, 1, rank)
+        lc.save_checkpoint(work / "keep" / "checkpoints", step, request(model, optimizer, step, "dcp", keep=2))
+
+
+def rng_round_trip(work: Path, mesh: object, rank: int) -> None:
+    model = fsdp(7, mesh)
+    optimizer = make_optimizer(model)
+    seed_all(100 + rank)
+    step_dir = lc.save_checkpoint(work / "rng" / "checkpoints", 1, request(model, optimizer, 1, "dcp"))
+    expected = draw()
+    assert lc.restore_rng(step_dir, rank)
+    assert draw() == expected, "restored RNG draws differ"
+    assert not lc.restore_rng(step_dir, 7)
+
+
+def background_save(work: Path, mesh: object, rank: int) -> None:
+    model = fsdp(8, mesh)
+    optimizer = make_optimizer(model)
+    train(model, optimizer, 2, rank)
+    checkpoints = work / "async" / "checkpoints"
+    step_dir = lc.save_checkpoint(checkpoints, 2, request(model, optimizer, 2, "safetensors_dcp", background=True))
+    snapshot(work / "ref_async.safetensors", model, optimizer, rank)
+    model(torch.randn(4, 18)).square().mean().backward()  # the loop keeps going until its optimizer step
+    lc.wait_for_pending_save()
+    assert step_dir.is_dir() and (checkpoints / "last").resolve() == step_dir.resolve()
+    optimizer.step()
+    fresh = fsdp(9, mesh)
+    fresh_opt = make_optimizer(fresh)
+    lc.load_model_and_optimizer(step_dir, fresh, fresh_opt)
+    assert_matches(work / "ref_async.safetensors", fresh, fresh_opt, "async dcp save")
+
+
+def timed(rank: int, name: str, start: float) -> float:
+    now = time.perf_counter()
+    if rank == 0:
+        print(f"{name}: {now - start:.2f}s", file=sys.stderr)
+    return now
+
+
+def scenario_fsdp2(work: Path, rank: int, world: int) -> None:
+    t = time.perf_counter()
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_shard",))
+    model, optimizer = save_formats(work, mesh, rank)
+    t = timed(rank, "save formats", t)
+    load_formats(work, mesh, model, optimizer, rank)
+    t = timed(rank, "load formats", t)
+    ddp_round_trips(work, mesh, rank)
+    t = timed(rank, "ddp", t)
+    if (work / "single").exists():
+        single_to_fsdp(work, mesh)
+    keep_last_two(work, mesh, rank)
+    t = timed(rank, "keep", t)
+    rng_round_trip(work, mesh, rank)
+    t = timed(rank, "rng", t)
+    background_save(work, mesh, rank)
+    t = timed(rank, "async", t)
+
+
+def scenario_hsdp(work: Path, rank: int, world: int) -> None:
+    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp_replicate", "dp_shard"))
+    for fmt in ("dcp", "safetensors"):
+        model = fsdp(1, mesh)
+        optimizer = make_optimizer(model)
+        lc.load_model_and_optimizer(work / f"fsdp_{fmt}" / "checkpoints", model, optimizer)
+        assert_matches(work / "ref_fsdp.safetensors", model, optimizer, f"fsdp2-2 {fmt} -> hsdp 2x2")
+
+
+def scenario_crash(work: Path, rank: int, world: int) -> None:
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_shard",))
+    model = fsdp(0, mesh)
+    optimizer = make_optimizer(model)
+    train(model, optimizer, 1, rank)
+    snapshot(work / "ref_crash.safetensors", model, optimizer, rank)
+    lc.save_checkpoint(work / "crash" / "checkpoints", 1, request(model, optimizer, 1, "dcp"))
+    train(model, optimizer, 1, rank)
+    os.environ["LR_TEST_PAUSE_IN_SAVE"] = os.environ["CRASH_AT"]
+    lc.save_checkpoint(work / "crash" / "checkpoints", 2, request(model, optimizer, 2, "dcp"))
+
+
+SCENARIOS = {"fsdp2": scenario_fsdp2, "hsdp": scenario_hsdp, "crash": scenario_crash}
+
+
+def main() -> None:
+    scenario, work = sys.argv[1], Path(sys.argv[2])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    code = 0
+    try:
+        SCENARIOS[scenario](work, rank, world)
+        if rank == 0:
+            print(f"OK {scenario}")
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if code == 0:
+        dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
