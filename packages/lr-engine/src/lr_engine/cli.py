@@ -2,10 +2,11 @@
 
 Exit codes: 0 done; 2 a problem the user can fix (a flag, a value, a file; one clear
 message, no traceback, nothing written before the check); 1 anything else (traceback).
-Order: parse flags, then the accelerate environment guard, then validation for the
-launched world size, then work. Every rank of a multi-process run ends through
-`parallel.dist.finish` (the gloo-safe tear-down) or, on failure, `abort` (no collectives,
-so a failure anywhere ends the whole job promptly instead of hanging).
+Order: parse flags, then the accelerate environment guard, then validation (the rules
+that need no world size before torch is imported, then the launched world size), then
+work. Every rank of a multi-process run ends through `parallel.dist.finish` (the
+gloo-safe tear-down) or, on failure, `abort` (no collectives, so a failure anywhere ends
+the whole job promptly instead of hanging).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import sys
 import traceback
 
-from lr_config import ConfigError, check_accelerate_env, did_you_mean, format_help, parse_train_config
+from lr_config import ConfigError, check_accelerate_env, did_you_mean, format_help, parse_train_config, validate
 
 USAGE = "usage: lr-engine train [--name=value ...]   (lr-engine train --help lists every flag)"
 
@@ -47,6 +48,9 @@ def run(argv: list[str]) -> int:
         acknowledged = check_accelerate_env(os.environ, cfg.accelerator.mixed_precision)
         if acknowledged and int(os.environ.get("RANK", "0")) == 0:
             print(f"warning: ignoring {', '.join(acknowledged)} (LR_ALLOW_ACCELERATE_ENV=1)", file=sys.stderr)
+        # Every rule that needs no world size, before torch is imported: a bad value exits
+        # 2 in a fraction of a second; the launched world is checked in init_distributed.
+        validate(cfg)
         if cfg.dry_run:
             from .plan import dry_run
 
