@@ -1,0 +1,94 @@
+"""Tail a growing `metrics.jsonl` without re-reading it.
+
+`JsonlTail.read()` returns the complete lines appended since the last call. It keeps the
+byte offset and the partial last line (the engine may be mid-write) for the next call, and
+starts over from byte 0 when the file shrinks or is replaced (a new run in the same folder),
+telling the caller so it can drop what it had. `MetricsTail` turns those lines into
+`MetricsRecord`s, strictly, keeping the problems of bad lines instead of raising.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lr_config import FILES_VERSION, ConfigError, MetricsRecord, from_dict
+
+__all__ = ["JsonlTail", "MetricsRead", "MetricsTail"]
+
+
+class JsonlTail:
+    """Complete new lines of one file, read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.partial = b""
+        self._inode: int | None = None
+
+    def read(self) -> tuple[list[bytes], bool]:
+        """(new complete lines, whether the file restarted since the last read)."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            restarted = self.offset > 0 or bool(self.partial)
+            self._reset(None)
+            return [], restarted
+        restarted = stat.st_size < self.offset or (self._inode is not None and stat.st_ino != self._inode)
+        if restarted:
+            self._reset(stat.st_ino)
+        self._inode = stat.st_ino
+        if stat.st_size == self.offset:
+            return [], restarted
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(stat.st_size - self.offset)
+        self.offset += len(chunk)
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        return [line for line in lines if line.strip()], restarted
+
+    def _reset(self, inode: int | None) -> None:
+        self.offset = 0
+        self.partial = b""
+        self._inode = inode
+
+
+@dataclass
+class MetricsRead:
+    records: list[MetricsRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    restarted: bool = False
+
+
+
+class MetricsTail:
+    """`MetricsRecord`s appended to a metrics.jsonl since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self.lines = JsonlTail(path)
+        self.line_number = 0
+
+    def read(self) -> MetricsRead:
+        raw, restarted = self.lines.read()
+        out = MetricsRead(restarted=restarted)
+        if restarted:
+            self.line_number = 0
+        for line in raw:
+            self.line_number += 1
+            try:
+                out.records.append(self._parse(line))
+            except ConfigError as exc:
+                out.problems.append(str(exc))
+        return out
+
+    def _parse(self, line: bytes) -> MetricsRecord:
+        where = f"{self.lines.path.name}:{self.line_number}"
+        try:
+            data = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
+            raise ConfigError(f"{where}: unsupported metrics record version")
+        return from_dict(MetricsRecord, data, source=where)

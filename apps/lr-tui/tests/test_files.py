@@ -1,0 +1,133 @@
+"""Reading a run from files: metrics tail, run status, checkpoints and safetensors headers."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+
+import pytest
+from tui_support import make_checkpoint, metrics_line, point_last, write_metrics, write_run_status, write_weights
+
+from lr_config import RunStatus
+from lr_tui import cli_tasks
+from lr_tui.checkpoint_scan import checkpoint_details, scan_checkpoints
+from lr_tui.metrics_tail import JsonlTail, MetricsTail
+from lr_tui.run_info import eta_seconds, log_tail, summarize_run
+from lr_tui.safetensors_header import HeaderError, read_header, summarize_tensors
+from lr_tui.series import downsample, format_bytes, format_duration
+
+
+def test_tail_keeps_a_partial_line_for_the_next_read(tmp_path):
+    path = tmp_path / "m.jsonl"
+    tail = JsonlTail(path)
+    assert tail.read() == ([], False)
+    path.write_bytes(b'{"a": 1}\n{"b"')
+    assert tail.read() == ([b'{"a": 1}'], False)
+    with path.open("ab") as f:
+        f.write(b': 2}\n\n{"c": 3}\n')
+    assert tail.read() == ([b'{"b": 2}', b'{"c": 3}'], False)
+    assert tail.read() == ([], False)
+
+
+def test_tail_starts_over_when_the_file_shrinks_or_is_replaced(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    tail = JsonlTail(path)
+    tail.read()
+    path.write_bytes(b'{"x": 1}\n')
+    assert tail.read() == ([b'{"x": 1}'], True)
+    replacement = tmp_path / "new.jsonl"
+    replacement.write_bytes(b'{"y": 1}\n{"y": 2}\n')
+    replacement.replace(path)
+    assert tail.read() == ([b'{"y": 1}', b'{"y": 2}'], True)
+
+
+def test_metrics_tail_parses_records_and_reports_bad_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(metrics_line(5) + "not json\n" + json.dumps({"version": 9}) + "\n" + metrics_line(10))
+    read = MetricsTail(path).read()
+    assert [r.step for r in read.records] == [5, 10]
+    assert read.problems[0].startswith("metrics.jsonl:2: not valid JSON")
+    assert read.problems[1] == "metrics.jsonl:3: unsupported metrics record version"
+
+
+def test_run_summary_eta_and_failure_log(tmp_path):
+    assert summarize_run(tmp_path).state == "no run.json yet"
+    write_run_status(tmp_path, step=200, steps=300)
+    summary = summarize_run(tmp_path)
+    assert summary.line() == "running   step 200/300 (66%)   ETA 50s"
+    write_run_status(tmp_path, status="failed", error="RuntimeError: boom")
+    assert summarize_run(tmp_path).error == "RuntimeError: boom"
+    assert eta_seconds(RunStatus(status="running", step=0, steps=10)) is None
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "launch.log").write_text("".join(f"line {i}\n" for i in range(50)))
+    path, text = log_tail(tmp_path, lines=3)  # type: ignore[misc]
+    assert path.name == "launch.log" and text == "line 47\nline 48\nline 49"
+
+
+def test_safetensors_header_gives_count_bytes_and_dtypes(tmp_path):
+    path = tmp_path / "w.safetensors"
+    write_weights(path, {"a": ("float32", (3, 4)), "b": ("float16", (8,)), "c": ("float32", (2,))})
+    assert set(read_header(path)) >= {"a", "b", "c"}
+    summary = summarize_tensors(path)
+    assert (summary.count, summary.nbytes, summary.dtypes) == (3, 48 + 16 + 8, {"F32": 2, "F16": 1})
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(struct.pack("<Q", 10**9) + b"{}")
+    with pytest.raises(HeaderError, match="does not fit"):
+        read_header(bad)
+
+
+def test_scan_lists_step_dirs_with_contract_fields_and_the_last_link(tmp_path):
+    make_checkpoint(tmp_path, 100, checkpoint_format="safetensors_dcp", fake_dcp=True)
+    make_checkpoint(tmp_path, 200, checkpoint_format="dcp", weights=None, fake_dcp=True, precision="no")
+    make_checkpoint(tmp_path, 300, weights="adapter")
+    (tmp_path / "checkpoints" / ".tmp-000400-abc" / "pretrained_model").mkdir(parents=True)
+    point_last(tmp_path, 200)
+    rows = scan_checkpoints(tmp_path)
+    assert [(r.name, r.format, r.weights, r.dcp, r.is_last, r.precision) for r in rows] == [
+        ("000100", "safetensors_dcp", "model", True, False, "bf16"),
+        ("000200", "dcp", "", True, True, "no"),
+        ("000300", "safetensors", "adapter", False, False, "bf16"),
+    ]
+    assert rows[0].topology == "fsdp2 1x2"
+    assert rows[0].size == sum(size for _, size in checkpoint_details(rows[0].path).files)
+
+
+def test_details_read_tensors_from_headers(tmp_path):
+    step_dir = make_checkpoint(tmp_path, 100)
+    details = checkpoint_details(step_dir)
+    summary = details.tensors["pretrained_model/model.safetensors"]
+    assert (summary.count, summary.nbytes) == (4, (32 * 16 + 32 + 4 * 32 + 4) * 4)
+    assert details.training_step is not None and details.training_step.step == 100
+    assert [rel for rel, _ in details.files] == [
+        "pretrained_model/model.safetensors",
+        "pretrained_model/train_config.json",
+        "training_state/training_step.json",
+    ]
+
+
+def test_downsample_means_spans_and_never_exceeds_the_width():
+    assert downsample([1, 2, 3], 10) == [1, 2, 3]
+    assert downsample([1, 3, 5, 7], 2) == [2, 6]
+    assert len(downsample(list(range(1000)), 37)) == 37
+    assert downsample([], 5) == [] and downsample([1.0], 0) == []
+
+
+def test_formats():
+    assert format_bytes(512) == "512 B" and format_bytes(2048) == "2.0 KB" and format_bytes(3 * 1024**3) == "3.0 GB"
+    assert format_duration(42) == "42s" and format_duration(187) == "3m07s" and format_duration(3725) == "1h02m"
+
+
+def test_cli_argv_are_lists_for_this_interpreter(tmp_path):
+    assert cli_tasks.convert_argv(tmp_path, "bf16") == [
+        sys.executable, "-m", "lr_checkpoint.cli", "convert", f"--checkpoint_dir={tmp_path}", "--dtype=bf16"
+    ]
+    assert cli_tasks.convert_argv(tmp_path, "fp32", overwrite=True)[-1] == "--overwrite=true"
+    assert cli_tasks.verify_argv(tmp_path) == [sys.executable, "-m", "lr_checkpoint.cli", "verify", str(tmp_path)]
+    assert cli_tasks.publish_argv(tmp_path, "me/x") == [
+        sys.executable, "-m", "lr_publish.cli", f"--checkpoint_dir={tmp_path}", "--repo_id=me/x"
+    ]
+    assert cli_tasks.plan_argv(["--dry_run=true", "--world_size=2"]) == [
+        sys.executable, "-m", "lr_engine.cli", "train", "--dry_run=true", "--world_size=2"
+    ]

@@ -1,0 +1,120 @@
+"""launch_form.evaluate: the preview, the problem routing and presets, without the UI."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from lr_config import LaunchSpec, build_launch, format_command, parse_train_config
+
+from lr_tui.launch_form import GENERAL, default_output_dir, default_values, evaluate, values_from_config
+
+
+def _values(**changes: str) -> dict[str, str]:
+    values = default_values()
+    values.update(changes)
+    return values
+
+
+def test_preview_is_exactly_lr_configs_command():
+    plan = evaluate(_values(nproc_per_node="4", dp_shard="-1", batch_size="8", grad_accum="2", steps="50"))
+    cfg = parse_train_config(
+        ["--steps=50", "--batch_size=8", "--accelerator.gradient_accumulation.steps=2", "--parallelism.dp_shard=-1"]
+    )
+    assert plan.ok
+    assert plan.preview == format_command(build_launch(LaunchSpec(nproc_per_node=4), cfg))
+    assert plan.batch_line().splitlines() == [
+        "batch 8 x dp_world 4 x grad_accum 2 = 64 effective",
+        "FSDP2 dp_replicate=1 dp_shard=4 world=4",
+    ]
+
+
+def test_dry_run_flags_carry_the_world_size_and_the_settings():
+    plan = evaluate(_values(nnodes="2", nproc_per_node="2", rdzv_endpoint="node0:29500", dp_shard="2", dp_replicate="2"))
+    assert plan.dry_run_flags() == [
+        "--dry_run=true",
+        "--world_size=4",
+        "--parallelism.dp_replicate=2",
+        "--parallelism.dp_shard=2",
+    ]
+
+
+def test_topology_problem_is_shown_at_dp_shard_and_marks_dp_replicate():
+    plan = evaluate(_values(nproc_per_node="4", dp_shard="3"))
+    assert list(plan.problems) == ["dp_shard"]
+    assert plan.problems["dp_shard"][0].startswith("--parallelism.dp_replicate x --parallelism.dp_shard = 1 x 3 = 3")
+    assert plan.marked == {"dp_replicate"}
+    assert plan.preview == "" and plan.dry_run_flags() is None
+
+
+def test_type_errors_and_rules_land_on_their_fields():
+    plan = evaluate(_values(batch_size="many", lr="-1"))
+    assert plan.problems["batch_size"] == ["--batch_size: expected int, got 'many'"]
+    plan = evaluate(_values(lr="-1", peft_method="LORA"))
+    assert plan.problems["lr"] == ["--optimizer.lr: must be > 0, got -1.0"]
+    assert plan.problems["peft_method"][0].startswith("--peft.method_type=LORA needs --policy.path")
+
+
+def test_flags_without_a_field_report_at_more_flags():
+    plan = evaluate(_values(extra="--policy.dim_model=130 --log_freq=5"))
+    assert plan.problems == {"extra": ["--policy.dim_model: must be divisible by --policy.n_heads (4), got 130"]}
+    plan = evaluate(_values(extra="--stepz=3"))
+    assert plan.problems["extra"][0].startswith("--stepz: unknown flag (did you mean '--steps'")
+    plan = evaluate(_values(extra="--steps=3"))
+    assert plan.problems == {"extra": ["--steps: already set by the 'steps' field; remove it here"]}
+    plan = evaluate(_values(extra="--a='unclosed"))
+    assert plan.problems["extra"][0].startswith("more flags: ")
+
+
+def test_launcher_settings_are_checked():
+    assert evaluate(_values(nnodes="two")).problems["nnodes"] == ["nnodes: expected an integer, got 'two'"]
+    plan = evaluate(_values(nnodes="2"))
+    assert plan.problems["rdzv_endpoint"] == ["rdzv_endpoint: required with more than one node (HOST:PORT of node 0)"]
+    plan = evaluate(_values(nnodes="2", node_rank="5", rdzv_endpoint="h:1"))
+    assert plan.problems["node_rank"][0].startswith("node_rank: must be in [0, 1]")
+
+
+def test_slurm_mode_previews_the_script_and_needs_an_output_dir():
+    plan = evaluate(_values(launcher="slurm", nproc_per_node="2"))
+    assert plan.problems["output_dir"][0].startswith("--output_dir: required for a Slurm script")
+    plan = evaluate(_values(launcher="slurm", nproc_per_node="2", output_dir="out/run"))
+    assert plan.ok and plan.argv is None
+    assert plan.preview.startswith("#!/bin/bash\n")
+    assert "srun --nodes=1" in plan.preview and "--output_dir=out/run" in plan.preview
+
+
+def test_accelerate_launcher():
+    plan = evaluate(_values(launcher="accelerate", nproc_per_node="2", mixed_precision="bf16"))
+    assert plan.argv is not None
+    assert plan.argv[:5] == ["accelerate", "launch", "--multi_gpu", "--num_processes=2", "--mixed_precision=bf16"]
+
+
+def test_values_from_config_round_trip_through_the_form():
+    cfg = parse_train_config(
+        ["--policy.type=mlp", "--policy.hidden_dim=64", "--steps=77", "--parallelism.dp_shard=2", "--log_freq=3", "--dataset.root=/data/x"]
+    )
+    values = values_from_config(cfg, LaunchSpec(nproc_per_node=2))
+    assert values["policy_type"] == "mlp" and values["steps"] == "77" and values["dp_shard"] == "2"
+    assert values["dataset_root"] == "/data/x"
+    assert values["extra"] == "--log_freq=3 --policy.hidden_dim=64"
+    plan = evaluate(values)
+    assert plan.ok and plan.cfg == cfg
+
+
+def test_general_problems_have_their_own_key():
+    plan = evaluate(_values(extra="--version=2"))
+    assert "--version" in plan.problems["extra"][0]
+    assert GENERAL not in plan.problems
+
+
+def test_default_output_dir_is_dated_and_named_after_the_job():
+    cfg = parse_train_config(["--job_name=pick"])
+    assert default_output_dir(cfg, datetime(2025, 3, 4, 5, 6, 7)) == Path("outputs/train/2025-03-04_05-06-07_pick")
+    assert default_output_dir(parse_train_config([]), datetime(2025, 3, 4, 5, 6, 7)).name.endswith("_act")
+
+
+def test_half_typed_flags_never_raise():
+    # typing "--policy.dim_model=..." passes through "--policy", a group given a value
+    for extra in ("--policy", "--policy=1", "--optimizer=3", "--", "--=", "-x"):
+        plan = evaluate(_values(extra=extra))
+        assert plan.problems["extra"], extra
