@@ -1,0 +1,58 @@
+"""Every key of the app in one place: the bindings and the help screen read from here."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+__all__ = ["APP_BINDINGS", "CHECKPOINT_BINDINGS", "HELP", "LAUNCH_BINDINGS", "MONITOR_BINDINGS"]
+
+APP_BINDINGS = [
+    Binding("1", "show_view('launch')", "Launch", show=False),
+    Binding("2", "show_view('monitor')", "Monitor", show=False),
+    Binding("3", "show_view('checkpoints')", "Checkpoints", show=False),
+    Binding("question_mark", "help", "Help"),
+    Binding("f1", "help", "Help", show=False),
+    Binding("escape", "leave_field", "Leave field", show=False),
+    Binding("ctrl+q", "quit", "Quit"),
+]
+
+LAUNCH_BINDINGS = [
+    Binding("ctrl+r", "run", "Run", tooltip="start it, output to logs/launch.log (Slurm: save)"),
+    Binding("ctrl+y", "copy_command", "Copy cmd", tooltip="copy the command or Slurm script"),
+    Binding("ctrl+s", "save_preset", "Save preset", tooltip="save the settings as a TrainConfig JSON"),
+    Binding("ctrl+o", "load_preset", "Load preset", tooltip="load a TrainConfig JSON (preset or checkpoint)"),
+]
+
+MONITOR_BINDINGS = [
+    Binding("o", "open_run", "Open run", tooltip="watch another run folder"),
+    Binding("x", "stop_run", "Stop launched run", tooltip="SIGTERM the run this app started"),
+]
+
+CHECKPOINT_BINDINGS = [
+    Binding("c", "convert", "Convert", tooltip="DCP shards -> model.safetensors (fp32, bf16 or fp16)"),
+    Binding("v", "verify", "Verify", tooltip="lr-checkpoint verify"),
+    Binding("p", "publish", "Publish", tooltip="lr-publish to a Hub repo (asks for user/name)"),
+    Binding("r", "copy_resume", "Resume cmd", tooltip="copy the resume command (Launch form's launcher)"),
+    Binding("f5", "refresh", "Refresh", tooltip="read the checkpoints folder again"),
+]
+
+_GLOBAL = [
+    ("1 2 3", "Launch, Monitor, Checkpoints view"),
+    ("escape", "leave a field (then 1/2/3 and ? work again)"),
+    ("tab / shift+tab", "next / previous field"),
+    ("ctrl+p", "command palette"),
+    ("? or f1", "this help"),
+    ("ctrl+q", "quit"),
+]
+
+
+def _rows(bindings: list[Binding]) -> list[tuple[str, str]]:
+    return [(b.key.replace(",", " or "), b.tooltip or b.description) for b in bindings]
+
+
+HELP: list[tuple[str, list[tuple[str, str]]]] = [
+    ("Everywhere", _GLOBAL),
+    ("Launch", _rows(LAUNCH_BINDINGS)),
+    ("Monitor", _rows(MONITOR_BINDINGS)),
+    ("Checkpoints", _rows(CHECKPOINT_BINDINGS)),
+]

@@ -1,0 +1,52 @@
+"""One field of the Launch form: a label, an input or a select, and lr-config's lines for it."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, Select, Static
+
+from ..launch_form import FormField
+
+__all__ = ["FormRow"]
+
+
+class FormRow(Vertical):
+    def __init__(self, field: FormField, value: str) -> None:
+        super().__init__(id=f"row-{field.key}", classes="form-row")
+        self.field = field
+        self._initial = value
+        self._shown: tuple[list[str], bool] = ([], False)
+
+    def compose(self) -> ComposeResult:
+        key = self.field.key
+        with Horizontal(classes="form-line"):
+            yield Label(self.field.label, classes="form-label")
+            if self.field.options:
+                yield Select(self.field.options, value=self._initial, allow_blank=False, compact=True, id=f"field-{key}")
+            else:
+                box = Input(self._initial, placeholder=self.field.placeholder, compact=True, id=f"field-{key}")
+                box.cursor_blink = False
+                yield box
+        yield Static("", classes="form-error", id=f"error-{key}", markup=False)
+
+    @property
+    def control(self) -> Input | Select[str]:
+        return self.query_one(f"#field-{self.field.key}", expect_type=(Input, Select))  # type: ignore[arg-type]
+
+    @property
+    def value(self) -> str:
+        value = self.control.value
+        return value if isinstance(value, str) else ""
+
+    def set_value(self, value: str) -> None:
+        self.control.value = value
+
+    def show_problems(self, lines: list[str], *, marked: bool = False) -> None:
+        """Show lr-config's lines under the field; `marked` flags it without text."""
+        if (lines, marked) == self._shown:
+            return
+        self._shown = (lines, marked)
+        self.query_one(".form-error", Static).update("\n".join(lines))
+        self.set_class(bool(lines), "-invalid")
+        self.set_class(marked and not lines, "-marked")

@@ -1,0 +1,159 @@
+"""Pilot tests of the Checkpoints view: the table from files, details, and the actions."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from tui_support import make_checkpoint, point_last, wait_until
+
+from lr_config import LaunchSpec, build_resume_launch, format_command
+from lr_tui.app import LrApp
+from lr_tui.views import checkpoints as checkpoints_view
+from lr_tui.widgets.text_panel import TextPanel
+
+pytestmark = pytest.mark.asyncio
+SIZE = (100, 30)
+
+
+def table_rows(app: LrApp) -> list[list[str]]:
+    table = app.query_one("#ckpt-table")
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def output(app: LrApp) -> str:
+    return app.query_one("#ckpt-output", TextPanel).text
+
+
+async def open_checkpoints(pilot) -> None:  # type: ignore[no-untyped-def]
+    await pilot.pause()
+    await pilot.press("3")
+    await pilot.pause()
+
+
+async def test_table_lists_step_dirs_and_details_come_from_headers(tmp_path):
+    make_checkpoint(tmp_path, 100, checkpoint_format="safetensors_dcp", fake_dcp=True)
+    make_checkpoint(tmp_path, 200, checkpoint_format="dcp", weights=None, fake_dcp=True, precision="fp16")
+    (tmp_path / "checkpoints" / ".tmp-000300-x").mkdir()
+    point_last(tmp_path, 200)
+    app = LrApp(tmp_path, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        rows = table_rows(app)
+        assert [r[:4] + r[5:] for r in rows] == [
+            ["000100", "safetensors_dcp", "fsdp2 1x2", "bf16", "model", "yes", ""],
+            ["000200", "dcp", "fsdp2 1x2", "fp16", "-", "yes", "last"],
+        ]
+        assert app.focused is app.query_one("#ckpt-table")
+        details = app.query_one("#ckpt-details", TextPanel)
+        assert "    4 tensors (4 F32), 2.6 KB of data" in details.text.splitlines()
+        assert "  pytorch_model_fsdp_0/    3.9 KB  3 files" in details.text.splitlines()
+        await pilot.press("down")
+        await pilot.pause()
+        assert details.border_title == "details: 000200"
+        assert details.text.splitlines()[2] == "batch 8 x dp_world 2 x grad_accum 1, fp16"
+
+
+async def test_copy_resume_command_uses_the_launch_form_and_says_if_it_is_sample_exact(tmp_path):
+    step_dir = make_checkpoint(tmp_path, 100, batch_size=8)
+    app = LrApp(tmp_path, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        launch = app.launch_view
+        launch.rows["nproc_per_node"].set_value("4")
+        launch.rows["dp_shard"].set_value("-1")
+        await open_checkpoints(pilot)
+        await pilot.press("r")
+        await pilot.pause()
+        expected = format_command(build_resume_launch(LaunchSpec(nproc_per_node=4), step_dir.absolute(), ["--parallelism.dp_shard=-1"]))
+        assert app.clipboard == expected
+        assert output(app).splitlines()[-1] == "sample-exact: no (batch 8 x dp 2 -> 8 x dp 4); resumes at the right epoch and offset"
+
+        launch.rows["nproc_per_node"].set_value("2")
+        await pilot.press("r")
+        await pilot.pause()
+        assert output(app).splitlines()[-1] == "sample-exact: yes (batch 8 x dp 2 = 16, as saved)"
+
+        launch.rows["dp_shard"].set_value("")
+        launch.rows["nproc_per_node"].set_value("3")
+        await pilot.press("r")
+        await pilot.pause()
+        assert output(app).startswith("cannot resume 000100 with 3 process(es):\n--parallelism.dp_replicate x --parallelism.dp_shard")
+
+
+async def test_publish_asks_for_a_valid_repo_id_then_runs_the_cli(tmp_path, monkeypatch):
+    step_dir = make_checkpoint(tmp_path, 100)
+    seen: list[tuple[Path, str]] = []
+
+    def stand_in(path: Path, repo_id: str) -> list[str]:
+        seen.append((path, repo_id))
+        return [sys.executable, "-c", f"print('pushed to {repo_id}')"]
+
+    monkeypatch.setattr(checkpoints_view, "publish_argv", stand_in)
+    app = LrApp(tmp_path, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        await pilot.press("p", *"bad..id")
+        await pilot.pause()
+        assert str(app.screen.query_one("#prompt-error").render()).startswith("repo id: 'bad..id' is not a valid Hub repo id")
+        await pilot.press("enter")  # refused while invalid
+        assert seen == []
+        await pilot.press(*["backspace"] * 7, *"me/act", "enter")
+        await wait_until(pilot, lambda: "done" in output(app), what="the publish task")
+        assert seen == [(step_dir, "me/act")]
+        assert output(app).splitlines()[1:] == ["pushed to me/act", "lr-publish 000100 --repo_id=me/act: done"]
+
+
+async def test_verify_streams_the_cli_output_and_reports_failure(tmp_path, monkeypatch):
+    make_checkpoint(tmp_path, 100)
+    script = "import sys; print('checking', sys.argv[1]); print('shard 3 missing'); sys.exit(2)"
+    monkeypatch.setattr(checkpoints_view, "verify_argv", lambda path: [sys.executable, "-c", script, path.name])
+    app = LrApp(tmp_path, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        await pilot.press("v")
+        await wait_until(pilot, lambda: "failed" in output(app), what="the verify task")
+        assert output(app).splitlines() == [
+            "$ lr-checkpoint verify 000100",
+            "checking 000100",
+            "shard 3 missing",
+            "lr-checkpoint verify 000100: failed (exit 2)",
+        ]
+        assert app.query_one("#ckpt-output").has_class("-error")
+
+
+def _save_real_dcp(step_dir: Path) -> dict[str, object]:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    torch.manual_seed(0)
+    state = {"model.encoder.weight": torch.randn(16, 8), "model.encoder.bias": torch.randn(16), "model.head.weight": torch.randn(4, 16)}
+    dcp.save(state, checkpoint_id=step_dir / "pretrained_model" / "pytorch_model_fsdp_0")
+    return state
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lr_checkpoint.cli") is None, reason="lr-checkpoint convert not available")
+async def test_convert_turns_real_dcp_shards_into_model_safetensors(tmp_path):
+    step_dir = make_checkpoint(tmp_path, 100, checkpoint_format="dcp", weights=None)
+    state = _save_real_dcp(step_dir)
+    app = LrApp(tmp_path, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        assert table_rows(app)[0][5] == "-"
+        await pilot.press("c")
+        await pilot.pause()
+        await pilot.press("enter")  # fp32, the first choice
+        await wait_until(pilot, lambda: "done" in output(app) or "failed" in output(app), timeout=120, what="the convert task")
+        assert output(app).splitlines()[-1] == "lr-checkpoint convert 000100 --dtype=fp32: done", output(app)
+        assert table_rows(app)[0][5] == "model"
+        details = app.query_one("#ckpt-details", TextPanel).text
+        assert f"    3 tensors (3 F32), {(16 * 8 + 16 + 4 * 16) * 4} B of data" in details.splitlines()
+
+    from safetensors.numpy import load_file
+
+    converted = load_file(str(step_dir / "pretrained_model" / "model.safetensors"))
+    assert set(converted) == set(state)
+    for key, tensor in state.items():
+        assert (converted[key] == tensor.numpy()).all()  # type: ignore[attr-defined]

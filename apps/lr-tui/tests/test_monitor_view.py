@@ -1,0 +1,105 @@
+"""Pilot tests of the Monitor view: a live metrics.jsonl, run.json and a failed run's log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tui_support import metrics_line, wait_until, write_metrics, write_run_status
+
+from lr_tui.app import LrApp
+from lr_tui.views.monitor import MonitorView
+from lr_tui.widgets.metric_chart import MetricChart
+from lr_tui.widgets.text_panel import TextPanel
+
+pytestmark = pytest.mark.asyncio
+SIZE = (100, 30)
+
+
+def latest(monitor: MonitorView) -> dict[str, str]:
+    table = monitor.query_one("#latest")
+    return {str(row[0]): str(row[1]) for row in (table.get_row_at(i) for i in range(table.row_count))}
+
+
+async def test_appended_lines_update_the_monitor_and_a_partial_line_waits(tmp_path):
+    write_metrics(tmp_path / "metrics.jsonl", [5, 10, 15])
+    write_run_status(tmp_path, step=15, steps=300)
+    app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        monitor = app.monitor_view
+        assert app.query_one("#views").active == "monitor"
+        await wait_until(pilot, lambda: len(monitor.records) == 3, what="3 records")
+        assert latest(monitor)["step"] == "15"
+        assert str(monitor.query_one("#run-status").render()).startswith("running   step 15/300 (5%)   ETA ")
+
+        full, partial = metrics_line(20), metrics_line(25)
+        with (tmp_path / "metrics.jsonl").open("a") as f:
+            f.write(full + partial[:40])
+        polls = monitor.polls
+        await wait_until(pilot, lambda: monitor.polls >= polls + 2, what="two more polls")
+        assert [r.step for r in monitor.records] == [5, 10, 15, 20]
+        assert latest(monitor)["step"] == "20"
+
+        with (tmp_path / "metrics.jsonl").open("a") as f:
+            f.write(partial[40:])
+        await wait_until(pilot, lambda: len(monitor.records) == 5, what="the completed line")
+        assert latest(monitor)["loss"] == f"{monitor.records[-1].loss:.4g}"
+        chart = monitor.query_one("#chart-loss", MetricChart)
+        assert chart.values == [r.loss for r in monitor.records]
+        assert "min" in str(chart.query_one(".chart-label").render())
+
+
+async def test_a_new_file_in_the_same_folder_starts_the_charts_over(tmp_path):
+    write_metrics(tmp_path / "metrics.jsonl", list(range(5, 105, 5)))
+    app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        monitor = app.monitor_view
+        await wait_until(pilot, lambda: len(monitor.records) == 20, what="20 records")
+        write_metrics(tmp_path / "metrics.jsonl", [5, 10])
+        await wait_until(pilot, lambda: len(monitor.records) == 2, what="the shrunk file")
+        assert [r.step for r in monitor.records] == [5, 10]
+
+
+async def test_sparklines_are_downsampled_to_their_width(tmp_path):
+    write_metrics(tmp_path / "metrics.jsonl", list(range(1, 1001)))
+    app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        monitor = app.monitor_view
+        await wait_until(pilot, lambda: len(monitor.records) == 1000, what="1000 records")
+        await pilot.pause()
+        spark = monitor.query_one("#chart-loss .chart-spark")
+        assert spark.data is not None and len(spark.data) == spark.size.width < 100
+
+
+async def test_a_failed_run_shows_its_error_and_the_tail_of_its_log(tmp_path):
+    write_metrics(tmp_path / "metrics.jsonl", [5, 10])
+    write_run_status(tmp_path, status="failed", step=10, steps=300, error="RuntimeError: CUDA out of memory")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "launch.log").write_text("".join(f"log line {i}\n" for i in range(100)) + "Traceback: boom\n")
+    app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        monitor = app.monitor_view
+        panel = monitor.query_one("#failure-log", TextPanel)
+        await wait_until(pilot, lambda: panel.display, what="the failure log")
+        assert panel.text.startswith("error: RuntimeError: CUDA out of memory\n")
+        assert panel.text.endswith("log line 99\nTraceback: boom") and "log line 70" not in panel.text
+        assert panel.border_title == "log: logs/launch.log (last lines)"
+        assert str(monitor.query_one("#run-status").render()).startswith("failed")
+
+
+async def test_open_a_run_folder_by_keyboard(tmp_path, monkeypatch):
+    write_metrics(tmp_path / "r" / "metrics.jsonl", [5])
+    monkeypatch.chdir(tmp_path)
+    app = LrApp(plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("2", "o")
+        await pilot.pause()
+        await pilot.press("ctrl+a", "ctrl+k", "r", "enter")
+        monitor = app.monitor_view
+        await wait_until(pilot, lambda: len(monitor.records) == 1, what="the opened run")
+        assert monitor.run_dir == Path("r")
