@@ -6,6 +6,8 @@ Every rank calls `MetricsWindow.reduce()` at a log step (it is collective):
 - timings: the max over ranks;
 - `samples_per_s`: the whole cluster's throughput (global samples / slowest rank's time);
 - memory: the max over ranks.
+With `LR_LOG_RANK_METRICS=1` every rank also appends its own (unreduced) window loss to
+`metrics_rank<r>.jsonl`, for debugging imbalance between ranks.
 Only the main rank writes (`MetricsSink`): `metrics.jsonl`, the console line, a rich progress
 bar when stdout is a TTY, and trackio when enabled. Nothing calls `.item()` per step.
 """
@@ -62,8 +64,9 @@ class MetricsWindow:
         """Collective: the window's reduced values (identical on every rank)."""
         keys = sorted(self.info_sums)
         assert self.loss_sum is not None
-        means = torch.stack([self.loss_sum, *(self.info_sums[k] for k in keys)]).to(self.device) / self.steps
-        means = _all_reduce(means, dist.ReduceOp.SUM) / world_size
+        local = torch.stack([self.loss_sum, *(self.info_sums[k] for k in keys)]).to(self.device) / self.steps
+        local_loss = float(local[0]) if os.environ.get("LR_LOG_RANK_METRICS") else None
+        means = _all_reduce(local.clone(), dist.ReduceOp.SUM) / world_size
         wall = time.perf_counter() - self.started
         mem = memory_gb(self.device)
         maxes = _all_reduce(torch.tensor([wall, self.data_s, mem], dtype=torch.float64, device=self.device), dist.ReduceOp.MAX)
@@ -76,6 +79,7 @@ class MetricsWindow:
             "dataloading_s": data_max / self.steps,
             "samples_per_s": samples_per_step * self.steps / max(wall_max, 1e-9),
             "mem_gb": mem_max,
+            "local_loss": local_loss,
         }
 
 

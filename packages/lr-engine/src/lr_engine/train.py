@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 import socket
 import time
@@ -183,7 +184,7 @@ def forward_backward(run: Run, batch: dict[str, torch.Tensor], last_micro: bool)
 def _inject_test_fault(run: Run, step: int) -> None:
     """Test-only hooks (LR_TEST_*): a rank that raises, or an inf in one rank's gradient shard."""
     if os.environ.get("LR_TEST_RAISE_AT_STEP") == str(step) and os.environ.get("LR_TEST_RAISE_RANK", "0") == str(run.ctx.rank):
-        raise RuntimeError(f"test fault injected on rank {run.ctx.rank} at step {step}")
+        raise RuntimeError(f"test fault injected on rank {run.ctx.rank} at step {step} (t={time.time():.3f})")
     if os.environ.get("LR_TEST_INF_GRAD_STEP") == str(step) and os.environ.get("LR_TEST_INF_GRAD_RANK", "0") == str(run.ctx.rank):
         from torch.distributed.tensor import DTensor
 
@@ -234,6 +235,9 @@ def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: in
         mem_gb=reduced["mem_gb"],
         info=info,
     )
+    if reduced["local_loss"] is not None:
+        with open(run.output_dir / f"metrics_rank{run.ctx.rank}.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "loss": reduced["local_loss"]}) + "\n")
     if sink is not None:
         sink.write(record)
         write_status(run, "running", step)

@@ -31,7 +31,9 @@ class Attention(nn.Module):
         self.n_heads = n_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(dim, dim)
-        self.k_proj = nn.Linear(dim, dim)
+        # No key bias: softmax ignores a bias shared by every key, so its gradient is exactly
+        # zero and Adam would only amplify rounding noise into it.
+        self.k_proj = nn.Linear(dim, dim, bias=False)
         self.v_proj = nn.Linear(dim, dim)
         self.out_proj = nn.Linear(dim, dim)
 
