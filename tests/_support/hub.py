@@ -113,6 +113,7 @@ class LoopbackHub:
         self._failures: list[_Failure] = []
         self._outage_on: str | None = None
         self._token: str | None = None
+        self._down = False  # set the moment an outage starts, before the socket is closed
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -124,7 +125,7 @@ class LoopbackHub:
 
     @property
     def running(self) -> bool:
-        return self._server is not None
+        return self._server is not None and not self._down
 
     def start(self) -> None:
         """Serve (again) on the same port; the first start picks a free port."""
@@ -135,6 +136,7 @@ class LoopbackHub:
 
         Handler.hub = hub
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._down = False
         server.daemon_threads = True
         self.port = server.server_address[1]
         self._server = server
@@ -143,6 +145,7 @@ class LoopbackHub:
 
     def stop(self) -> None:
         """Go down: new connections are refused until `start()`."""
+        self._down = True
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
@@ -397,10 +400,12 @@ class _Handler(BaseHTTPRequestHandler):
         record = RecordedRequest(self.command, url.path, parse_qs(url.query), shown, body)
         with hub._lock:
             hub.requests.append(record)
-        if hub._outage_on is not None and hub._outage_on in url.path:
-            hub._outage_on = None
+            if hub._outage_on is not None and hub._outage_on in url.path:
+                hub._outage_on = None
+                hub._down = True
+                threading.Thread(target=hub.stop, daemon=True).start()
+        if hub._down:  # drop the request unanswered, as a dying server does
             self.close_connection = True
-            threading.Thread(target=hub.stop, daemon=True).start()
             return
         failure = hub._take_failure(url.path)
         try:

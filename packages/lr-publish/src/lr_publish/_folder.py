@@ -1,0 +1,184 @@
+"""The publish folder: what is uploaded, built and checked locally before any network call.
+
+A publish folder holds exactly:
+
+    config.json, train_config.json, README.md (the model card),
+    model.safetensors | adapter_model.safetensors + adapter_config.json (LoRA),
+    policy_preprocessor.json, policy_postprocessor.json, *_step_*.safetensors
+
+It is built under a hidden temporary name beside its final path, checked, then renamed,
+so a crash never leaves half a folder, and an existing folder is never overwritten.
+`check_publish_folder` refuses DCP shards, training state, unreadable safetensors, a card
+`ModelCard` cannot parse, and any file that contains the Hugging Face token.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard, get_token
+from lr_config import TRAIN_CONFIG_VERSION, TrainConfig, TrainingStep, load_json
+from safetensors import safe_open
+
+from ._card import model_card
+from ._errors import PublishError
+
+__all__ = [
+    "check_publish_folder",
+    "copy_checkpoint_files",
+    "default_publish_folder",
+    "staged_folder",
+    "weights_kind",
+    "write_card",
+]
+
+_PUBLISHED_NAMES = frozenset({
+    "config.json", "train_config.json", "model.safetensors", "adapter_model.safetensors",
+    "adapter_config.json", "policy_preprocessor.json", "policy_postprocessor.json",
+})
+_PUBLISHED_PATTERNS = ("*_step_*.safetensors",)
+_NEVER_UPLOADED = ("pytorch_model_fsdp_*", "optimizer_*", "training_state", "*.distcp", ".metadata")
+_SCAN_CHUNK = 1 << 20
+
+
+def default_publish_folder(output_dir: Path, repo_id: str, step: int) -> Path:
+    """`<output_dir>/publish/<repo name>-<step:06d>`: beside the checkpoints, never inside one."""
+    return Path(output_dir) / "publish" / f"{repo_id.split('/')[-1]}-{step:06d}"
+
+
+def weights_kind(model_dir: Path) -> str:
+    """'adapter' (LoRA files) or 'full' (model.safetensors); PublishError when neither is there."""
+    if (model_dir / "adapter_model.safetensors").is_file() and (model_dir / "adapter_config.json").is_file():
+        return "adapter"
+    if (model_dir / "model.safetensors").is_file():
+        return "full"
+    if any(model_dir.glob("pytorch_model_fsdp_*")):
+        step_dir = model_dir.parent if model_dir.name == "pretrained_model" else model_dir
+        raise PublishError(
+            f"{model_dir} holds only DCP shards, which are never uploaded: run "
+            f"`lr-checkpoint convert --checkpoint_dir={step_dir}` first to write model.safetensors, then publish again"
+        )
+    raise PublishError(
+        f"{model_dir} has no weights to publish: expected model.safetensors, "
+        "or adapter_model.safetensors with adapter_config.json"
+    )
+
+
+@contextmanager
+def staged_folder(folder: Path, *, token: str | None = None) -> Iterator[Path]:
+    """Yield a fresh temporary folder that becomes `folder` once the block ends and it checks out."""
+    folder = Path(folder)
+    if folder.exists():
+        raise PublishError(
+            f"{folder} already exists and is never overwritten: push it as it is with "
+            f"`lr-publish --folder={folder} --repo_id=...`, or choose another --folder"
+        )
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        check_publish_folder(tmp, token=token)
+        os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def copy_checkpoint_files(model_dir: Path, dest: Path) -> list[str]:
+    """Copy the publishable files of a checkpoint's pretrained_model/ (never its DCP shards)."""
+    names = sorted(
+        p.name for p in model_dir.iterdir()
+        if p.is_file() and (p.name in _PUBLISHED_NAMES or any(fnmatch.fnmatch(p.name, g) for g in _PUBLISHED_PATTERNS))
+    )
+    for name in names:
+        shutil.copy2(model_dir / name, dest / name)
+    return names
+
+
+def write_card(folder: Path, repo_id: str, training_step: TrainingStep) -> None:
+    """README.md from the folder's train_config.json (and adapter_config.json for LoRA)."""
+    train_config = load_json(folder / "train_config.json", TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    adapter = _read_object(folder / "adapter_config.json") if (folder / "adapter_config.json").exists() else None
+    text = model_card(repo_id, train_config=train_config, training_step=training_step, adapter_config=adapter)
+    (folder / "README.md").write_text(text, encoding="utf-8")
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PublishError(f"{path} is missing; every publish folder needs it") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PublishError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise PublishError(f"{path}: expected a JSON object")
+    return data
+
+
+def check_publish_folder(folder: Path, *, token: str | None = None) -> None:
+    """Refuse a folder that must not or cannot be published; the message says what to change."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise PublishError(f"--folder={folder}: not a folder")
+    _check_nothing_private(folder)
+    _read_object(folder / "config.json")
+    weights_kind(folder)
+    for path in sorted(folder.rglob("*.safetensors")):
+        _check_safetensors(path)
+    _check_card(folder / "README.md")
+    secret = token or get_token()
+    if secret:
+        _check_no_secret(folder, secret)
+
+
+def _check_nothing_private(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if any(fnmatch.fnmatch(part, pattern) for part in path.relative_to(folder).parts for pattern in _NEVER_UPLOADED):
+            raise PublishError(
+                f"{path} is DCP shards or training state, which are never uploaded: remove it from {folder}"
+            )
+
+
+def _check_safetensors(path: Path) -> None:
+    try:
+        with safe_open(str(path), framework="np") as f:
+            f.keys()
+    except Exception as exc:  # safetensors raises several types for a bad header
+        raise PublishError(f"{path} is not a readable safetensors file ({exc}); rebuild the publish folder") from None
+
+
+def _check_card(path: Path) -> None:
+    if not path.is_file():
+        raise PublishError(f"{path} is missing: every publish folder needs a model card")
+    try:
+        ModelCard(path.read_text(encoding="utf-8"), ignore_metadata_errors=False)
+    except Exception as exc:  # yaml and huggingface_hub raise several types for a bad card
+        raise PublishError(f"{path}: the model card metadata does not parse ({exc}); fix its YAML header") from None
+
+
+def _check_no_secret(folder: Path, secret: str) -> None:
+    needle = secret.encode()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if _file_contains(path, needle):
+            raise PublishError(
+                f"{path} contains your Hugging Face token: remove it from the file before publishing "
+                "(the token belongs in HF_TOKEN or `hf auth login`, never in a file)"
+            )
+
+
+def _file_contains(path: Path, needle: bytes) -> bool:
+    tail = b""
+    with open(path, "rb") as f:
+        while chunk := f.read(_SCAN_CHUNK):
+            if needle in tail + chunk:
+                return True
+            tail = chunk[-(len(needle) - 1):] if len(needle) > 1 else b""
+    return False
