@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from _support.procs import subprocess_env
 from lr_publish import check_publish_folder
 from lr_publish.cli import main
 
@@ -119,3 +122,15 @@ def test_help_lists_every_flag(capsys):
     out = capsys.readouterr().out
     for flag in ("--checkpoint_dir", "--repo_id", "--private", "--revision", "--endpoint", "--folder"):
         assert flag in out
+
+
+
+def test_the_cli_publishes_without_importing_torch(hub_server, hub_env, ckpts):
+    step_dir = ckpts.make("full")
+    argv = [f"--checkpoint_dir={step_dir}", f"--repo_id={ckpts.repo_id}", f"--endpoint={hub_server.endpoint}"]
+    code = (f"import sys; from lr_publish.cli import main; rc = main({argv!r}); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    run = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "no torch" in run.stdout
+    assert "model.safetensors" in hub_server.files(ckpts.repo_id)
