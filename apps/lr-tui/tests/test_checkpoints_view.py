@@ -135,6 +135,7 @@ def _save_real_dcp(step_dir: Path) -> dict[str, object]:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("lr_checkpoint.cli") is None, reason="lr-checkpoint convert not available")
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 async def test_convert_turns_real_dcp_shards_into_model_safetensors(tmp_path):
     step_dir = make_checkpoint(tmp_path, 100, checkpoint_format="dcp", weights=None)
     state = _save_real_dcp(step_dir)

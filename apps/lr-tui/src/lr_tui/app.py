@@ -8,12 +8,17 @@ imports torch: it reads files and runs lr's CLIs as subprocesses.
 from __future__ import annotations
 
 import argparse
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from textual.app import App, ComposeResult, SystemCommand
+from textual.lazy import Lazy
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
+
+from lr_config import LaunchSpec
 
 from .keymap import APP_BINDINGS
 from .screens.help import HelpScreen
@@ -27,9 +32,16 @@ VIEWS = ("launch", "monitor", "checkpoints")
 
 
 class LrApp(App[None]):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "lr"
     BINDINGS = APP_BINDINGS
+    AUTO_FOCUS = "#launch-form, #latest"
+    """The main widget of the first view (only that view is mounted at first): one focus
+    change at start, where each costs a restyle. Modal screens set their own."""
+
+    launch_view: LaunchView
+    monitor_view: MonitorView
+    checkpoints_view: CheckpointsView
 
     def __init__(
         self,
@@ -46,39 +58,33 @@ class LrApp(App[None]):
         self.poll_interval = poll_interval
 
     def compose(self) -> ComposeResult:
-        with TabbedContent(initial="monitor" if self.run_dir else "launch", id="views"):
-            with TabPane("1 Launch", id="launch"):
-                yield LaunchView(plan_runner=self.plan_runner, plan_delay=self.plan_delay, id="launch-view")
-            with TabPane("2 Monitor", id="monitor"):
-                yield MonitorView(poll_interval=self.poll_interval, id="monitor-view")
-            with TabPane("3 Checkpoints", id="checkpoints"):
-                yield CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
+        self.launch_view = LaunchView(plan_runner=self.plan_runner, plan_delay=self.plan_delay, id="launch-view")
+        self.monitor_view = MonitorView(poll_interval=self.poll_interval, id="monitor-view")
+        self.checkpoints_view = CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
+        initial = "monitor" if self.run_dir else "launch"
+        panes = {
+            "launch": ("1 Launch", self.launch_view),
+            "monitor": ("2 Monitor", self.monitor_view),
+            "checkpoints": ("3 Checkpoints", self.checkpoints_view),
+        }
+        with TabbedContent(initial=initial, id="views"):
+            for pane_id, (title, view) in panes.items():
+                with TabPane(title, id=pane_id):
+                    # the hidden views mount after the first frame: a faster start
+                    yield view if pane_id == initial else Lazy(view)
         yield Footer()
 
     def on_mount(self) -> None:
         if self.run_dir is not None:
             self.open_run(self.run_dir)
-        self.call_after_refresh(self._focus_active_view)
 
-    @property
-    def launch_view(self) -> LaunchView:
-        return self.query_one(LaunchView)
-
-    @property
-    def monitor_view(self) -> MonitorView:
-        return self.query_one(MonitorView)
-
-    @property
-    def checkpoints_view(self) -> CheckpointsView:
-        return self.query_one(CheckpointsView)
-
-    def _resume_context(self) -> tuple[object, list[str]]:
+    def _resume_context(self) -> tuple[LaunchSpec | None, list[str]]:
         return self.launch_view.resume_context()
 
-    def open_run(self, run_dir: Path, process: object = None) -> None:
+    def open_run(self, run_dir: Path, process: subprocess.Popen[bytes] | None = None) -> None:
         """Show `run_dir` in the Monitor and Checkpoints views."""
         self.run_dir = run_dir
-        self.monitor_view.open_run(run_dir, process)  # type: ignore[arg-type]
+        self.monitor_view.open_run(run_dir, process)
         self.checkpoints_view.open_run(run_dir)
 
     def on_launch_view_launched(self, event: LaunchView.Launched) -> None:
@@ -87,13 +93,19 @@ class LrApp(App[None]):
             self.action_show_view("monitor")
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        if event.pane.id == "checkpoints":
+        if event.pane.id == "checkpoints" and self.checkpoints_view.is_mounted:
             self.checkpoints_view.action_refresh()
         self.call_after_refresh(self._focus_active_view)
 
     def _focus_active_view(self) -> None:
         active = self.query_one("#views", TabbedContent).active
-        {"launch": self.launch_view, "monitor": self.monitor_view, "checkpoints": self.checkpoints_view}[active].focus_main()
+        views: dict[str, LaunchView | MonitorView | CheckpointsView] = {
+            "launch": self.launch_view,
+            "monitor": self.monitor_view,
+            "checkpoints": self.checkpoints_view,
+        }
+        if views[active].is_mounted:
+            views[active].focus_main()
 
     def action_show_view(self, view: str) -> None:
         self.query_one("#views", TabbedContent).active = view
@@ -109,7 +121,7 @@ class LrApp(App[None]):
         self.action_show_view("monitor")
         self.monitor_view.action_open_run()
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Launch view", "Build and run a training launch (1)", lambda: self.action_show_view("launch"))
         yield SystemCommand("Monitor view", "Live metrics of a run (2)", lambda: self.action_show_view("monitor"))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 __all__ = ["APP_BINDINGS", "CHECKPOINT_BINDINGS", "HELP", "LAUNCH_BINDINGS", "MONITOR_BINDINGS"]
 
-APP_BINDINGS = [
+APP_BINDINGS: list[BindingType] = [
     Binding("1", "show_view('launch')", "Launch", show=False),
     Binding("2", "show_view('monitor')", "Monitor", show=False),
     Binding("3", "show_view('checkpoints')", "Checkpoints", show=False),
@@ -16,19 +16,19 @@ APP_BINDINGS = [
     Binding("ctrl+q", "quit", "Quit"),
 ]
 
-LAUNCH_BINDINGS = [
+LAUNCH_BINDINGS: list[BindingType] = [
     Binding("ctrl+r", "run", "Run", tooltip="start it, output to logs/launch.log (Slurm: save)"),
     Binding("ctrl+y", "copy_command", "Copy cmd", tooltip="copy the command or Slurm script"),
     Binding("ctrl+s", "save_preset", "Save preset", tooltip="save the settings as a TrainConfig JSON"),
     Binding("ctrl+o", "load_preset", "Load preset", tooltip="load a TrainConfig JSON (preset or checkpoint)"),
 ]
 
-MONITOR_BINDINGS = [
+MONITOR_BINDINGS: list[BindingType] = [
     Binding("o", "open_run", "Open run", tooltip="watch another run folder"),
     Binding("x", "stop_run", "Stop launched run", tooltip="SIGTERM the run this app started"),
 ]
 
-CHECKPOINT_BINDINGS = [
+CHECKPOINT_BINDINGS: list[BindingType] = [
     Binding("c", "convert", "Convert", tooltip="DCP shards -> model.safetensors (fp32, bf16 or fp16)"),
     Binding("v", "verify", "Verify", tooltip="lr-checkpoint verify"),
     Binding("p", "publish", "Publish", tooltip="lr-publish to a Hub repo (asks for user/name)"),
@@ -46,8 +46,8 @@ _GLOBAL = [
 ]
 
 
-def _rows(bindings: list[Binding]) -> list[tuple[str, str]]:
-    return [(b.key.replace(",", " or "), b.tooltip or b.description) for b in bindings]
+def _rows(bindings: list[BindingType]) -> list[tuple[str, str]]:
+    return [(b.key.replace(",", " or "), b.tooltip or b.description) for b in bindings if isinstance(b, Binding)]
 
 
 HELP: list[tuple[str, list[tuple[str, str]]]] = [

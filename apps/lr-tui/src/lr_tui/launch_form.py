@@ -217,8 +217,13 @@ def _spec(values: dict[str, str], plan: LaunchPlan) -> LaunchSpec | None:
             plan.add([f"{key}: expected an integer, got {text!r}"], key)
     if len(numbers) < 3:
         return None
-    launcher = "accelerate" if values.get("launcher") == "accelerate" else "torchrun"
-    spec = LaunchSpec(launcher=launcher, rdzv_endpoint=values.get("rdzv_endpoint", "").strip() or None, **numbers)
+    spec = LaunchSpec(
+        launcher="accelerate" if values.get("launcher") == "accelerate" else "torchrun",
+        nnodes=numbers["nnodes"],
+        node_rank=numbers["node_rank"],
+        nproc_per_node=numbers["nproc_per_node"],
+        rdzv_endpoint=values.get("rdzv_endpoint", "").strip() or None,
+    )
     try:
         spec.check()
     except ConfigError as exc:

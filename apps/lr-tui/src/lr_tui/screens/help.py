@@ -26,6 +26,7 @@ def help_text() -> str:
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close")]
+    AUTO_FOCUS = "*"
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box") as box:

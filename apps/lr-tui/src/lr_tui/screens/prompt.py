@@ -18,6 +18,7 @@ class TextPrompt(ModalScreen[str | None]):
     """Ask for one value; `check` returns the problem with it, or None when it is fine."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    AUTO_FOCUS = "*"
 
     def __init__(self, title: str, value: str = "", *, check: Callable[[str], str | None] | None = None) -> None:
         super().__init__()
@@ -52,6 +53,7 @@ class ChoicePrompt(ModalScreen[str | None]):
     """Pick one of `choices` (value, description)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    AUTO_FOCUS = "*"
 
     def __init__(self, title: str, choices: list[tuple[str, str]]) -> None:
         super().__init__()

@@ -100,13 +100,14 @@ class CheckpointsView(Vertical):
     def on_mount(self) -> None:
         table = self.query_one("#ckpt-table", DataTable)
         table.add_columns("step", "format", "topology", "precision", "size", "weights", "DCP", "last")
+        self.action_refresh()
 
     def open_run(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        if self.run_dir is None:
+        if self.run_dir is None or not self.is_mounted:  # on_mount refreshes
             return
         table = self.query_one("#ckpt-table", DataTable)
         selected = self.selected()

@@ -231,7 +231,7 @@ class LaunchView(Horizontal):
     def resume_context(self) -> tuple[LaunchSpec | None, list[str]]:
         """The launcher the form describes and its topology flags, for resume commands."""
         values = self.values()
-        overrides = [f"--parallelism.{k}={values[k].strip()}" for k in ("dp_replicate", "dp_shard") if values[k].strip()]
+        overrides = [f"--parallelism.{k}={values[k].strip()}" for k in ("dp_replicate", "dp_shard") if values.get(k, "").strip()]
         return self.plan.spec, overrides
 
     def focus_main(self) -> None:

@@ -77,11 +77,15 @@ class MonitorView(Vertical):
     def on_mount(self) -> None:
         table = self.query_one("#latest", DataTable)
         table.add_columns("metric", "value")
+        if self.run_dir is not None:
+            self.open_run(self.run_dir, self.process)
 
     def open_run(self, run_dir: Path, process: subprocess.Popen[bytes] | None = None) -> None:
         """Watch `run_dir` from now on (the launched `process`, if the app started it)."""
         self.run_dir = Path(run_dir)
         self.process = process
+        if not self.is_mounted:  # on_mount opens it
+            return
         self.records = []
         self.problems = []
         self.summary = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Grid
 from textual.widgets import Input, Label, Select, Static
 
 from ..launch_form import FormField
@@ -11,28 +11,26 @@ from ..launch_form import FormField
 __all__ = ["FormRow"]
 
 
-class FormRow(Vertical):
+class FormRow(Grid):
+    """A 2-column grid (label, control) with the error line spanning both columns."""
+
     def __init__(self, field: FormField, value: str) -> None:
         super().__init__(id=f"row-{field.key}", classes="form-row")
         self.field = field
         self._initial = value
         self._shown: tuple[list[str], bool] = ([], False)
+        self.control: Input | Select[str]
 
     def compose(self) -> ComposeResult:
         key = self.field.key
-        with Horizontal(classes="form-line"):
-            yield Label(self.field.label, classes="form-label")
-            if self.field.options:
-                yield Select(self.field.options, value=self._initial, allow_blank=False, compact=True, id=f"field-{key}")
-            else:
-                box = Input(self._initial, placeholder=self.field.placeholder, compact=True, id=f"field-{key}")
-                box.cursor_blink = False
-                yield box
+        yield Label(self.field.label, classes="form-label")
+        if self.field.options:
+            self.control = Select(self.field.options, value=self._initial, allow_blank=False, compact=True, id=f"field-{key}")
+        else:
+            self.control = Input(self._initial, placeholder=self.field.placeholder, compact=True, id=f"field-{key}")
+            self.control.cursor_blink = False
+        yield self.control
         yield Static("", classes="form-error", id=f"error-{key}", markup=False)
-
-    @property
-    def control(self) -> Input | Select[str]:
-        return self.query_one(f"#field-{self.field.key}", expect_type=(Input, Select))  # type: ignore[arg-type]
 
     @property
     def value(self) -> str:
