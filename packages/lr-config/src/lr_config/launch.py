@@ -51,16 +51,20 @@ class LaunchSpec:
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
 
-    def check(self) -> None:
-        """Raise ConfigError naming the launcher setting to change."""
+    def check(self, *, require_endpoint: bool = True) -> None:
+        """Raise ConfigError naming the launcher setting to change.
+
+        A Slurm script finds the rendezvous host itself, so it passes
+        `require_endpoint=False` (a given endpoint then only supplies the port).
+        """
         if self.nnodes < 1:
             raise ConfigError(f"nnodes: must be >= 1, got {self.nnodes}")
         if self.nproc_per_node < 1:
             raise ConfigError(f"nproc_per_node: must be >= 1, got {self.nproc_per_node}")
         if not 0 <= self.node_rank < self.nnodes:
             raise ConfigError(f"node_rank: must be in [0, {self.nnodes - 1}] for {self.nnodes} nodes, got {self.node_rank}")
-        if self.nnodes > 1:
-            host, port = self.endpoint()
+        host, _ = self.endpoint()
+        if self.nnodes > 1 and require_endpoint:
             if not host:
                 raise ConfigError("rdzv_endpoint: required with more than one node (HOST:PORT of node 0)")
 
@@ -170,7 +174,7 @@ def format_command(argv: list[str]) -> str:
 
 def build_slurm_script(spec: LaunchSpec, cfg: TrainConfig, topology: Topology | None = None) -> str:
     """A Slurm batch script: one torchrun per node via srun, rendezvous on the first node."""
-    spec.check()
+    spec.check(require_endpoint=False)
     if spec.launcher != "torchrun":
         raise ConfigError("launcher: a Slurm script runs torchrun on each node; choose torchrun")
     if cfg.output_dir is None:
@@ -194,7 +198,7 @@ def build_slurm_script(spec: LaunchSpec, cfg: TrainConfig, topology: Topology | 
         f"#SBATCH --job-name={job}",
         f"#SBATCH --nodes={spec.nnodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={gpus}",
+        *([f"#SBATCH --gpus-per-node={gpus}"] if gpus > 0 else []),
         f"#SBATCH --time={spec.time}",
         f"#SBATCH --output={out}/logs/slurm-%j.out",
         f"#SBATCH --error={out}/logs/slurm-%j.err",
