@@ -94,7 +94,7 @@ def test_model_card_metadata_and_body(hub_server, hub_env, ckpts):
     assert banner_line(cfg, ckpts.topology) in body
     assert "batch_size 8 x dp_world_size 4 x grad_accum 1 = effective batch 32" in body
     assert "HSDP dp_replicate=2 dp_shard=2 world=4" in body
-    assert "| precision | bf16 |" in body
+    assert "| precision | bf16 mixed precision |" in body
     assert f"{ckpts.step} loop steps" in body
     assert "7 episodes, 420 frames at 15 fps" in body
     assert "`observation.images.top` | image | [32, 32, 3]" in body

@@ -83,7 +83,7 @@ def _training_section(cfg: TrainConfig, step: TrainingStep) -> str:
         ("optimizer updates", str(step.optimizer_updates)),
         ("samples seen", str(step.samples_seen)),
         ("effective batch", banner_line(cfg, step.topology)),
-        ("precision", step.precision),
+        ("precision", "fp32 (no mixed precision)" if step.precision == "no" else f"{step.precision} mixed precision"),
         ("optimizer", f"{opt.type}, peak lr {opt.lr:g}, weight decay {opt.weight_decay:g}, "
                       f"{sched.type} schedule after {sched.warmup_steps} warmup steps"),
         ("seed", str(step.seed)),
