@@ -1,0 +1,211 @@
+"""Every layout through the real CLI under torchrun (gloo, CPU): parity, accumulation,
+precision, reduced metrics, start-up errors and failure propagation.
+
+The straight runs are module-scoped fixtures shared with tests/test_resume.py's
+expectations; each launch costs seconds of start-up, so scenarios are grouped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from _support.procs import run_cli, run_torchrun
+
+pytestmark = pytest.mark.multiprocess
+
+# Deterministic (no dropout, no CVAE sampling) so layouts can be compared step by step.
+TINY = [
+    "--policy.dim_model=32",
+    "--policy.dim_feedforward=64",
+    "--policy.n_heads=2",
+    "--policy.n_encoder_layers=2",
+    "--policy.chunk_size=5",
+    "--policy.n_action_steps=5",
+    "--policy.use_vae=false",
+    "--policy.dropout=0",
+    "--scheduler.type=constant",
+    "--scheduler.warmup_steps=0",
+    "--log_freq=1",
+]
+GLOBAL_BATCH = 8
+
+
+def losses(run_dir: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "pretrained_model" / "model.safetensors"))
+
+
+def train(tmp: Path, name: str, nproc: int, *flags: str, env: dict[str, str] | None = None) -> Path:
+    out = tmp / name
+    argv = ["train", f"--output_dir={out}", f"--dataset.root={os.environ['LR_TEST_DATASET']}", *TINY, *flags]
+    if nproc == 1:
+        proc = run_cli(["lr_engine.cli", *argv], env=env)
+    else:
+        proc = run_torchrun(nproc, argv, env=env)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> dict[str, Path]:
+    """Straight 10-step runs with the same global batch on four layouts."""
+    os.environ["LR_TEST_DATASET"] = str(demo_dataset)
+    tmp = tmp_path_factory.mktemp("layouts")
+    common = ["--steps=10", "--save_checkpoint=false"]
+    return {
+        "single": train(tmp, "single", 1, *common, f"--batch_size={GLOBAL_BATCH}"),
+        "ddp": train(tmp, "ddp", 2, *common, f"--batch_size={GLOBAL_BATCH // 2}", env={"LR_LOG_RANK_METRICS": "1"}),
+        "fsdp": train(tmp, "fsdp", 2, *common, f"--batch_size={GLOBAL_BATCH // 2}", "--parallelism.dp_shard=2"),
+        "hsdp": train(tmp, "hsdp", 4, *common, f"--batch_size={GLOBAL_BATCH // 4}", "--parallelism.dp_replicate=2", "--parallelism.dp_shard=2"),
+    }
+
+
+def test_loss_parity_across_layouts(runs: dict[str, Path]) -> None:
+    reference = losses(runs["single"])
+    assert len(reference) == 10
+    for layout in ("ddp", "fsdp", "hsdp"):
+        got = losses(runs[layout])
+        assert got == pytest.approx(reference, rel=1e-5), layout
+    assert reference[-1] < reference[0]
+
+
+def test_final_weights_agree_across_layouts(runs: dict[str, Path]) -> None:
+    reference = weights(runs["single"])
+    for layout in ("ddp", "fsdp", "hsdp"):
+        got = weights(runs[layout])
+        assert got.keys() == reference.keys()
+        for key in reference:
+            torch.testing.assert_close(got[key], reference[key], rtol=1e-4, atol=1e-5, msg=f"{layout} {key}")
+
+
+def test_logged_loss_is_the_mean_of_the_ranks(runs: dict[str, Path]) -> None:
+    logged = losses(runs["ddp"])
+    per_rank = [
+        [json.loads(line)["loss"] for line in (runs["ddp"] / f"metrics_rank{r}.jsonl").read_text().splitlines()]
+        for r in range(2)
+    ]
+    assert per_rank[0] != per_rank[1]
+    for step, value in enumerate(logged):
+        assert value == pytest.approx((per_rank[0][step] + per_rank[1][step]) / 2, rel=1e-6)
+
+
+def test_metrics_records_count_the_whole_cluster(runs: dict[str, Path]) -> None:
+    records = [json.loads(line) for line in (runs["hsdp"] / "metrics.jsonl").read_text().splitlines()]
+    assert [r["samples"] for r in records] == [GLOBAL_BATCH * (i + 1) for i in range(10)]
+    run = json.loads((runs["hsdp"] / "run.json").read_text())
+    assert run["status"] == "finished" and run["world_size"] == 4 and run["step"] == 10
+    config = json.loads((runs["hsdp"] / "train_config.json").read_text())
+    assert config["parallelism"]["dp_replicate"] == 2 and config["parallelism"]["dp_shard"] == 2
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "fsdp2"])
+def test_gradient_accumulation_equals_a_larger_batch(tmp_path: Path, demo_dataset: Path, sharded: bool) -> None:
+    os.environ["LR_TEST_DATASET"] = str(demo_dataset)
+    nproc = 2 if sharded else 1
+    extra = ["--parallelism.dp_shard=2"] if sharded else []
+    base = ["--save_checkpoint=false", *extra]
+    big = train(tmp_path, "k1", nproc, *base, "--batch_size=4", "--steps=6")
+    accumulated = train(tmp_path, "k2", nproc, *base, "--batch_size=2", "--accelerator.gradient_accumulation.steps=2", "--steps=12")
+    a, b = weights(big), weights(accumulated)
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_bf16_and_fp16_train_and_fp16_saves_its_scaler(tmp_path: Path, demo_dataset: Path) -> None:
+    os.environ["LR_TEST_DATASET"] = str(demo_dataset)
+    common = ["--steps=30", "--batch_size=8", "--parallelism.dp_shard=2", "--optimizer.lr=0.003", "--save_freq=30"]
+    bf16 = train(tmp_path, "bf16", 2, *common, "--accelerator.mixed_precision=bf16")
+    fp16 = train(tmp_path, "fp16", 2, *common, "--accelerator.mixed_precision=fp16")
+    for run in (bf16, fp16):
+        values = losses(run)
+        assert sum(values[-5:]) / 5 < 0.8 * sum(values[:5]) / 5, (run.name, values)
+    scaler = json.loads((fp16 / "checkpoints" / "000030" / "training_state" / "scaler_state.json").read_text())
+    assert scaler["scale"] > 0
+    assert not (bf16 / "checkpoints" / "000030" / "training_state" / "scaler_state.json").exists()
+    master = load_file(str(fp16 / "checkpoints" / "000030" / "pretrained_model" / "model.safetensors"))
+    assert all(t.dtype == torch.float32 for t in master.values())
+
+
+def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank(tmp_path: Path, demo_dataset: Path) -> None:
+    """An inf in rank 1's gradient shard at loop step 3: every rank must skip that update.
+
+    If only rank 1 skipped, rank 0's shard would move and the gathered weights after step 3
+    would differ from those after step 2.
+    """
+    os.environ["LR_TEST_DATASET"] = str(demo_dataset)
+    flags = ["--steps=3", "--batch_size=4", "--parallelism.dp_shard=2", "--accelerator.mixed_precision=fp16", "--save_freq=1"]
+    hit = train(tmp_path, "inf", 2, *flags, env={"LR_TEST_INF_GRAD_STEP": "2", "LR_TEST_INF_GRAD_RANK": "1"})
+    records = [json.loads(line) for line in (hit / "metrics.jsonl").read_text().splitlines()]
+    assert records[2]["info"]["skipped_updates"] == records[1]["info"]["skipped_updates"] + 1
+    assert records[2]["info"]["loss_scale"] < records[1]["info"]["loss_scale"]
+    before = load_file(str(hit / "checkpoints" / "000002" / "pretrained_model" / "model.safetensors"))
+    after = load_file(str(hit / "checkpoints" / "000003" / "pretrained_model" / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_no_wrap_units_fails_at_start_up_naming_the_options(tmp_path: Path, demo_dataset: Path) -> None:
+    out = tmp_path / "mlp"
+    proc = run_torchrun(2, ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", "--policy.type=mlp", "--parallelism.dp_shard=2", "--steps=2"])
+    assert proc.returncode != 0
+    assert "--accelerator.fsdp.wrap_modules" in proc.stderr and "--accelerator.fsdp.min_num_params" in proc.stderr
+    assert "_fsdp_wrap_modules" in proc.stderr
+    assert not (out / "checkpoints").exists()
+
+
+def test_bad_degrees_for_the_launched_world(tmp_path: Path, demo_dataset: Path) -> None:
+    proc = run_torchrun(2, ["train", f"--output_dir={tmp_path / 'x'}", f"--dataset.root={demo_dataset}", "--parallelism.dp_shard=4"])
+    assert proc.returncode != 0
+    assert "1 x 4 = 4, but 2 processes will run" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_rank_that_raises_ends_the_job_promptly(tmp_path: Path, demo_dataset: Path) -> None:
+    proc = run_torchrun(
+        2,
+        ["train", f"--output_dir={tmp_path / 'r'}", f"--dataset.root={demo_dataset}", *TINY, "--steps=50", "--parallelism.dp_shard=2"],
+        env={"LR_TEST_RAISE_AT_STEP": "3", "LR_TEST_RAISE_RANK": "1", "LR_DIST_TIMEOUT_S": "30"},
+        timeout=120,
+    )
+    ended = time.time()
+    assert proc.returncode != 0
+    match = re.search(r"test fault injected on rank 1 at step 3 \(t=([0-9.]+)\)", proc.stderr)
+    assert match, proc.stderr[-2000:]
+    assert ended - float(match.group(1)) < 60
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["status"] in ("running", "failed")
+
+
+def test_accelerate_launch_is_a_plain_launcher(tmp_path: Path, demo_dataset: Path) -> None:
+    import subprocess
+    import sys
+
+    from _support.procs import subprocess_env
+
+    out = tmp_path / "acc"
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes=2", "--mixed_precision=no",
+        "-m", "lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY,
+        "--steps=3", "--batch_size=4", "--parallelism.dp_shard=2", "--save_checkpoint=false",
+    ]
+    proc = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FSDP2 dp_replicate=1 dp_shard=2 world=2" in proc.stdout
+    assert len(losses(out)) == 3
+
+
+def test_accelerate_env_that_reconfigures_is_refused_under_torchrun(tmp_path: Path, demo_dataset: Path) -> None:
+    proc = run_torchrun(2, ["train", f"--output_dir={tmp_path / 'e'}", f"--dataset.root={demo_dataset}"], env={"ACCELERATE_USE_FSDP": "true"})
+    assert proc.returncode != 0
+    assert "ACCELERATE_USE_FSDP" in proc.stderr and "LR_ALLOW_ACCELERATE_ENV=1" in proc.stderr
+    assert not (tmp_path / "e").exists()
