@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from lr_config import TrainConfig, TrainingStep
+from lr_config import Topology, TrainConfig, TrainingStep
 
 DIM = 18
 
@@ -130,6 +130,17 @@ def write_config(folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps({"type": "toy", "dim": DIM}) + "\n")
 
 
+def topology(model: nn.Module) -> Topology:
+    """The layout this process runs, as the engine would record it."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    weight = next(model.parameters())
+    shard = weight.device_mesh.shape[-1] if isinstance(weight, DTensor) else 1
+    return Topology(world_size=world, dp_replicate=world // shard, dp_shard=shard)
+
+
 def request(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, fmt: str = "safetensors", keep: int = 0, background: bool = False) -> Any:
     from lr_checkpoint import SaveRequest
 
@@ -137,7 +148,7 @@ def request(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, fmt: 
         model=model,
         optimizer=optimizer,
         train_config=train_config(fmt, keep, background),
-        training_step=TrainingStep(step=step, optimizer_updates=step, samples_seen=step * 8),
+        training_step=TrainingStep(step=step, optimizer_updates=step, samples_seen=step * 8, topology=topology(model)),
         scheduler_state={"last_epoch": step, "base_lrs": [0.01, 0.01]},
         scaler_state=None,
         write_pretrained=write_config,

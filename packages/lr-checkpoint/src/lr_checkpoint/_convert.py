@@ -19,34 +19,20 @@ from safetensors import safe_open
 
 from ._dcp_meta import DcpMetadata, read_whole_dcp_metadata
 from ._dcp_read import iter_dcp_tensors
+from ._convert_check import EXPORT_DTYPES, check_convert_request
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
 from ._st_format import TensorSpec
 from ._st_writer import write_safetensors
 
-__all__ = ["EXPORT_DTYPES", "convert_checkpoint"]
+__all__ = ["convert_checkpoint"]
 
-EXPORT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _FLOATING = {"float64", "float32", "float16", "bfloat16"}
 
 
 def _target_dtype(saved: str, dtype: str) -> str:
     """Floating tensors take the export dtype; integer and bool buffers keep theirs."""
     return EXPORT_DTYPES[dtype] if saved in _FLOATING else saved
-
-
-def _check_request(files: StepFiles, dtype: str, overwrite: bool, delete_dcp: bool) -> None:
-    if dtype not in EXPORT_DTYPES:
-        raise CheckpointError(f"--dtype: expected one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
-    if delete_dcp and dtype != "fp32":
-        raise CheckpointError(
-            "--delete_dcp=true needs --dtype=fp32: the DCP shards are the only full-precision copy of the weights"
-        )
-    if not files.has_model_dcp():
-        already = " (it already has model.safetensors)" if files.model.is_file() else ""
-        raise CheckpointError(f"{files.root}: has no DCP model shards ({files.model_dcp.name}/) to convert{already}")
-    if files.model.exists() and not overwrite:
-        raise CheckpointError(f"{files.model}: already exists; pass --overwrite=true to replace it")
 
 
 def _specs(meta: DcpMetadata, dtype: str) -> list[TensorSpec]:
@@ -73,7 +59,7 @@ def convert_checkpoint(checkpoint_dir: Path, *, dtype: str = "fp32", overwrite: 
     applies to floating tensors. Returns the path of the written file.
     """
     files = StepFiles(resolve_step_dir(checkpoint_dir))
-    _check_request(files, dtype, overwrite, delete_dcp)
+    check_convert_request(files, dtype, overwrite, delete_dcp)
     meta = read_whole_dcp_metadata(files.model_dcp)
     specs = _specs(meta, dtype)
     write_safetensors(files.model, specs, _cast(iter_dcp_tensors(meta, [s.name for s in specs]), specs), {"format": "pt"})

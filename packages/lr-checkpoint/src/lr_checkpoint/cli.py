@@ -20,6 +20,10 @@ from typing import Any
 
 from lr_config import ConfigError, did_you_mean, split_flags
 
+from ._convert_check import check_convert_request
+from ._inspect import inspect_checkpoint
+from ._layout import StepFiles, resolve_step_dir
+
 __all__ = ["main"]
 
 PROG = "lr-checkpoint"
@@ -49,14 +53,12 @@ def _dir(flags: dict[str, str]) -> Path:
 
 
 def _run_convert(flags: dict[str, str]) -> int:
-    from ._convert import convert_checkpoint
+    step_dir = resolve_step_dir(_dir(flags))
+    dtype, overwrite, delete_dcp = flags.get("dtype", "fp32"), _bool(flags, "overwrite"), _bool(flags, "delete_dcp")
+    check_convert_request(StepFiles(step_dir), dtype, overwrite, delete_dcp)
+    from ._convert import convert_checkpoint  # imports torch: only once the request is sound
 
-    path = convert_checkpoint(
-        _dir(flags),
-        dtype=flags.get("dtype", "fp32"),
-        overwrite=_bool(flags, "overwrite"),
-        delete_dcp=_bool(flags, "delete_dcp"),
-    )
+    path = convert_checkpoint(step_dir, dtype=dtype, overwrite=overwrite, delete_dcp=delete_dcp)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     # --push_to_hub (lr-publish) belongs here: publish `path.parent` once it is written.
     return 0
@@ -79,18 +81,15 @@ def _format_inspect(report: dict[str, Any]) -> str:
 
 
 def _run_inspect(flags: dict[str, str]) -> int:
-    from ._inspect import inspect_checkpoint
-
     report = inspect_checkpoint(_dir(flags))
     print(json.dumps(report, indent=2) if _bool(flags, "json") else _format_inspect(report))
     return 1 if report["problems"] else 0
 
 
 def _run_verify(flags: dict[str, str]) -> int:
-    from ._layout import resolve_step_dir
-    from ._verify import verify_checkpoint
-
     step_dir = resolve_step_dir(_dir(flags))  # a path that is no checkpoint is bad input (exit 2)
+    from ._verify import verify_checkpoint  # imports torch
+
     problems = verify_checkpoint(step_dir)
     for problem in problems:
         print(f"PROBLEM: {problem}")

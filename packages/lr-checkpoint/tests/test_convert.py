@@ -1,0 +1,113 @@
+"""DCP model shards -> model.safetensors: equal to a gathered save, streaming, refusing to clobber."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import lr_checkpoint as lc
+
+pytestmark = pytest.mark.multiprocess
+
+
+def gathered(ckpt_runs: Path) -> dict[str, torch.Tensor]:
+    """The model.safetensors the FSDP2 run gathered at save time (safetensors_dcp)."""
+    return load_file(str(ckpt_runs / "fsdp_safetensors_dcp" / "checkpoints" / "000003" / "pretrained_model" / "model.safetensors"))
+
+
+def assert_same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        assert got[key].dtype == value.dtype and torch.equal(got[key], value), key
+
+
+def test_converted_weights_equal_the_gathered_save(ckpt_runs: Path, copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_dcp")
+    written = lc.convert_checkpoint(root.parent / "last")
+    assert written == root.resolve() / "pretrained_model" / "model.safetensors"
+    assert_same(load_file(str(written)), gathered(ckpt_runs))
+    assert [p.name for p in written.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_bf16_export_casts_floating_tensors(ckpt_runs: Path, copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_dcp")
+    written = lc.convert_checkpoint(root / "pretrained_model", dtype="bf16")
+    assert_same(load_file(str(written)), {k: v.to(torch.bfloat16) for k, v in gathered(ckpt_runs).items()})
+
+
+def test_refuses_to_overwrite_without_the_flag(copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_safetensors_dcp")
+    target = root / "pretrained_model" / "model.safetensors"
+    before = target.read_bytes()
+    with pytest.raises(lc.CheckpointError, match="model.safetensors: already exists; pass --overwrite=true"):
+        lc.convert_checkpoint(root, dtype="fp16")
+    assert target.read_bytes() == before
+    lc.convert_checkpoint(root, dtype="fp16", overwrite=True)
+    assert all(v.dtype == torch.float16 for v in load_file(str(target)).values())
+
+
+def test_a_checkpoint_without_shards_is_a_clear_error(copy_step) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(lc.CheckpointError, match=r"has no DCP model shards \(pytorch_model_fsdp_0/\) to convert \(it already has model.safetensors\)"):
+        lc.convert_checkpoint(copy_step("fsdp_safetensors"))
+
+
+def test_delete_dcp_keeps_a_resumable_checkpoint(ckpt_runs: Path, copy_step) -> None:  # type: ignore[no-untyped-def]
+    from ckpt_toy import assert_matches, make_model, make_optimizer
+
+    root = copy_step("fsdp_dcp")
+    with pytest.raises(lc.CheckpointError, match="--delete_dcp=true needs --dtype=fp32"):
+        lc.convert_checkpoint(root, dtype="bf16", delete_dcp=True)
+    lc.convert_checkpoint(root, delete_dcp=True)
+    assert not (root / "pretrained_model" / "pytorch_model_fsdp_0").exists()
+    assert lc.verify_checkpoint(root) == []
+    model = make_model(30)
+    optimizer = make_optimizer(model)
+    lc.load_model_and_optimizer(root, model, optimizer)  # weights from safetensors, optimizer from DCP
+    assert_matches(ckpt_runs / "ref_fsdp.safetensors", model, optimizer, "after convert --delete_dcp")
+
+
+def test_cli_converts_through_the_last_link(ckpt_runs: Path, copy_step, cli) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_dcp")
+    done = cli(["lr_checkpoint.cli", "convert", f"--checkpoint_dir={root.parent / 'last'}", "--dtype=fp32"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("wrote ") and "Warning" not in done.stderr
+    assert_same(load_file(str(root / "pretrained_model" / "model.safetensors")), gathered(ckpt_runs))
+
+
+MEASURE = """
+import resource, sys
+from lr_checkpoint import convert_checkpoint
+def peak_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+convert_checkpoint(sys.argv[1])  # warm-up: imports and DCP code paths
+baseline = peak_mb()
+convert_checkpoint(sys.argv[2])
+print(peak_mb() - baseline)
+"""
+
+
+def _dcp_step(root: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    save(tensors, checkpoint_id=str(root / "pretrained_model" / "pytorch_model_fsdp_0"), no_dist=True)
+    return root
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_conversion_memory_stays_near_one_tensor(tmp_path: Path) -> None:
+    from _support.procs import subprocess_env
+
+    tiny = _dcp_step(tmp_path / "tiny", {"w": torch.ones(4)})
+    big = _dcp_step(tmp_path / "big", {f"layers.{i}.weight": torch.full((1024, 1024), float(i)) for i in range(24)})  # 96 MB
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(tiny), str(big)], env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rise_mb = float(done.stdout.split()[-1])
+    # Loading everything first would need >= 96 MB above the baseline; streaming needs about
+    # one 4 MB tensor plus DCP's read buffers.
+    assert rise_mb < 40, f"peak RSS rose {rise_mb:.1f} MB converting a 96 MB checkpoint"
+    weights = load_file(str(big / "pretrained_model" / "model.safetensors"))
+    assert len(weights) == 24 and torch.equal(weights["layers.7.weight"], torch.full((1024, 1024), 7.0))

@@ -1,0 +1,132 @@
+"""inspect (headers only) and verify (every byte) on whole, truncated and incomplete checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lr_checkpoint as lc
+
+pytestmark = pytest.mark.multiprocess
+
+
+def truncate(path: Path, keep: int) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+
+
+@pytest.mark.parametrize("name", ["fsdp_safetensors", "fsdp_dcp", "fsdp_safetensors_dcp", "ddp", "single"])
+def test_whole_checkpoints_verify(ckpt_runs: Path, name: str) -> None:
+    assert lc.verify_checkpoint(ckpt_runs / name / "checkpoints") == []
+
+
+def test_inspect_reports_step_layout_and_tensors(ckpt_runs: Path) -> None:
+    report = lc.inspect_checkpoint(ckpt_runs / "fsdp_safetensors_dcp" / "checkpoints")
+    assert (report["step"], report["format"], report["precision"]) == (3, "safetensors_dcp", "no")
+    assert report["topology"]["layout"] == "fsdp2" and report["topology"]["dp_shard"] == 2
+    model = {s["kind"]: s for s in report["model"]}
+    assert model["safetensors"]["tensors"] == model["dcp"]["tensors"] == 11  # 3 blocks x (weight, bias, scale) + head
+    assert model["safetensors"]["bytes"] == model["dcp"]["bytes"] == 4 * (3 * (18 * 18 + 18 + 18) + 18 * 5 + 5)
+    assert report["optimizer"][0]["tensors"] == 8 * 3  # step, exp_avg, exp_avg_sq per parameter
+    assert report["problems"] == []
+    assert {"path": "pretrained_model/config.json", "bytes": (Path(report["path"]) / "pretrained_model/config.json").stat().st_size} in report["files"]
+
+
+def test_truncated_safetensors_is_reported_and_refused(copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_safetensors")
+    weights = root / "pretrained_model" / "model.safetensors"
+    truncate(weights, weights.stat().st_size - 100)
+    problems = lc.verify_checkpoint(root)
+    assert len(problems) == 1 and str(weights) in problems[0] and "truncated" in problems[0]
+    assert lc.inspect_checkpoint(root)["problems"] == problems
+    from ckpt_toy import make_model
+
+    with pytest.raises(lc.CheckpointError, match="truncated or padded file"):
+        lc.load_model_and_optimizer(root, make_model(0))
+
+
+def test_truncated_and_missing_dcp_shards_are_reported(copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_dcp")
+    model_shard = root / "pretrained_model" / "pytorch_model_fsdp_0" / "__1_0.distcp"
+    truncate(model_shard, 1000)
+    (root / "training_state" / "optimizer_0" / "__0_0.distcp").unlink()
+    problems = lc.verify_checkpoint(root)
+    assert any(str(model_shard) in p and "truncated shard" in p for p in problems)
+    assert any("optimizer_0/__0_0.distcp: shard file missing" in p for p in problems)
+    from ckpt_toy import make_model
+
+    with pytest.raises(lc.CheckpointError, match="truncated shard"):
+        lc.load_model_and_optimizer(root, make_model(0))
+
+
+def test_incomplete_checkpoint_lists_each_missing_file(copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_safetensors")
+    (root / "training_state" / "training_step.json").unlink()
+    (root / "training_state" / "optimizer_state.safetensors").unlink()
+    (root / "training_state" / "scheduler_state.json").write_text("{not json")
+    problems = lc.verify_checkpoint(root)
+    assert any("training_step.json: file not found" in p for p in problems)
+    assert any("scheduler_state.json: not valid JSON" in p for p in problems)
+    with pytest.raises(lc.CheckpointError, match="training_step.json: file not found"):
+        lc.read_resume_state(root)
+    from ckpt_toy import make_model, make_optimizer
+
+    model = make_model(0)
+    with pytest.raises(lc.CheckpointError, match="neither optimizer_state.safetensors nor optimizer_0/"):
+        lc.load_model_and_optimizer(root, model, make_optimizer(model))
+
+
+class _Exploit:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_hostile_dcp_metadata_is_never_unpickled(copy_step, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_dcp")
+    marker = tmp_path / "pwned"
+    (root / "pretrained_model" / "pytorch_model_fsdp_0" / ".metadata").write_bytes(pickle.dumps(_Exploit(marker)))
+    problems = lc.verify_checkpoint(root)
+    assert any("not a valid DCP metadata file (refers to posix.system)" in p for p in problems)
+    assert "not a valid DCP metadata file" in lc.inspect_checkpoint(root)["problems"][0]
+    from ckpt_toy import make_model
+
+    with pytest.raises(lc.CheckpointError, match="not a valid DCP metadata file"):
+        lc.load_model_and_optimizer(root, make_model(0))
+    with pytest.raises(lc.CheckpointError, match="not a valid DCP metadata file"):
+        lc.convert_checkpoint(root)
+    assert not marker.exists()
+
+
+def test_cli_verify_exit_codes(ckpt_runs: Path, copy_step, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from lr_checkpoint.cli import main
+
+    assert main(["verify", str(ckpt_runs / "fsdp_dcp" / "checkpoints" / "last")]) == 0
+    assert capsys.readouterr().out.startswith("OK ")
+    root = copy_step("fsdp_safetensors_dcp")
+    truncate(root / "training_state" / "rng_state.safetensors", 10)
+    assert main(["verify", f"--checkpoint_dir={root}"]) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM: " in out and "rng_state.safetensors: truncated safetensors file" in out
+
+
+def test_cli_inspect_json_needs_no_torch(ckpt_runs: Path) -> None:
+    from _support.procs import subprocess_env
+
+    code = (
+        "import sys; from lr_checkpoint.cli import main; code = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'inspect imported torch'; sys.exit(code)"
+    )
+    args = [sys.executable, "-c", code, "inspect", str(ckpt_runs / "fsdp_dcp" / "checkpoints"), "--json"]
+    done = subprocess.run(args, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["format"] == "dcp" and report["model"][0]["kind"] == "dcp"
