@@ -215,6 +215,11 @@ class LeRobotDataset(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 flat = col.combine_chunks()
                 values = flat.flatten().to_numpy(zero_copy_only=False) if hasattr(flat, "flatten") else flat.to_numpy()
                 out[key] = np.asarray(values, dtype=np.float32).reshape(len(col), -1)
+                if out[key].shape[1] != feat["shape"][0]:
+                    raise DatasetError(
+                        f"{path}: feature {key!r} has {out[key].shape[1]} values per frame, but meta/info.json "
+                        f"declares shape {feat['shape']}; fix the shape in meta/info.json or re-export the dataset"
+                    )
             else:
                 out[key] = col.to_numpy()
         return out
