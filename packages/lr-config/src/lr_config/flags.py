@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 import typing
 from pathlib import Path
@@ -153,16 +154,33 @@ def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _base_dict(config_path: str | None) -> dict[str, Any]:
-    if config_path is None:
-        return to_dict(TrainConfig())
+def _config_file(config_path: str) -> Path:
+    """The train_config.json that `--config_path` names, or a ConfigError saying what it is instead."""
     path = Path(config_path)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(
+            f"--config_path: {config_path} is a link to {os.readlink(path)!r}, which does not exist; "
+            "pass one of the checkpoint folders next to it"
+        )
     if path.is_dir():
         # a run folder, a checkpoint step folder (or `last`), or its pretrained_model/
         inside = [path / "train_config.json", path / "pretrained_model" / "train_config.json"]
-        path = next((p for p in inside if p.exists()), inside[0])
+        found = next((p for p in inside if p.exists()), None)
+        if found is None:
+            raise ConfigError(
+                f"--config_path: {config_path} is a folder without train_config.json (nor pretrained_model/train_config.json); "
+                "pass a train_config.json or a checkpoint folder"
+            )
+        return found
     if not path.exists():
         raise ConfigError(f"--config_path: {config_path} does not exist (expected a train_config.json or a checkpoint folder)")
+    return path
+
+
+def _base_dict(config_path: str | None) -> dict[str, Any]:
+    if config_path is None:
+        return to_dict(TrainConfig())
+    path = _config_file(config_path)
     cfg = load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
     data = to_dict(cfg)
     data["config_path"] = str(path)
