@@ -48,8 +48,8 @@ async def test_table_lists_step_dirs_and_details_come_from_headers(tmp_path):
         ]
         assert app.focused is app.query_one("#ckpt-table")
         details = app.query_one("#ckpt-details", TextPanel)
-        assert "    4 tensors (4 F32), 2.6 KB of data" in details.text.splitlines()
-        assert "  pytorch_model_fsdp_0/    3.9 KB  3 files" in details.text.splitlines()
+        assert "             4 tensors (4 F32), 2.6 KB of data" in details.text.splitlines()
+        assert "     3.9 KB  pytorch_model_fsdp_0/  3 files" in details.text.splitlines()
         await pilot.press("down")
         await pilot.pause()
         assert details.border_title == "details: 000200"
@@ -150,7 +150,7 @@ async def test_convert_turns_real_dcp_shards_into_model_safetensors(tmp_path):
         assert output(app).splitlines()[-1] == "lr-checkpoint convert 000100 --dtype=fp32: done", output(app)
         assert table_rows(app)[0][5] == "model"
         details = app.query_one("#ckpt-details", TextPanel).text
-        assert f"    3 tensors (3 F32), {(16 * 8 + 16 + 4 * 16) * 4} B of data" in details.splitlines()
+        assert f"             3 tensors (3 F32), {(16 * 8 + 16 + 4 * 16) * 4} B of data" in details.splitlines()
 
     from safetensors.numpy import load_file
 

@@ -64,6 +64,12 @@ def test_run_summary_eta_and_failure_log(tmp_path):
     (tmp_path / "logs" / "launch.log").write_text("".join(f"line {i}\n" for i in range(50)))
     path, text = log_tail(tmp_path, lines=3)  # type: ignore[misc]
     assert path.name == "launch.log" and text == "line 47\nline 48\nline 49"
+    # an lr CLI's error line above torchrun's traceback is the cause: it comes first
+    (tmp_path / "logs" / "launch.log").write_text(
+        "W torchrun warning\n[rank0]: lr-engine: error: --output_dir: run1 already holds files\n" + "".join(f"tb {i}\n" for i in range(30))
+    )
+    _, text = log_tail(tmp_path, lines=2)  # type: ignore[misc]
+    assert text == "[rank0]: lr-engine: error: --output_dir: run1 already holds files\n...\ntb 28\ntb 29"
 
 
 def test_safetensors_header_gives_count_bytes_and_dtypes(tmp_path):

@@ -109,7 +109,7 @@ def test_general_problems_have_their_own_key():
 
 def test_default_output_dir_is_dated_and_named_after_the_job():
     cfg = parse_train_config(["--job_name=pick"])
-    assert default_output_dir(cfg, datetime(2025, 3, 4, 5, 6, 7)) == Path("outputs/train/2025-03-04_05-06-07_pick")
+    assert default_output_dir(cfg, datetime(2025, 3, 4, 5, 6, 7)) == Path("outputs/train/2025-03-04/05-06-07_pick")
     assert default_output_dir(parse_train_config([]), datetime(2025, 3, 4, 5, 6, 7)).name.endswith("_act")
 
 

@@ -182,7 +182,7 @@ async def test_run_starts_the_command_detached_and_opens_its_monitor(tmp_path, m
         await pilot.press("ctrl+r")
         await pilot.pause()
         output_dir = Path(app.query_one("#field-output_dir").value)
-        assert output_dir.parent == Path("outputs/train") and output_dir.name.endswith("_act")
+        assert output_dir.parent.parent == Path("outputs/train") and output_dir.name.endswith("_act")
         assert app.query_one("#views").active == "monitor"
         monitor = app.monitor_view
         assert monitor.run_dir == output_dir and monitor.process is not None

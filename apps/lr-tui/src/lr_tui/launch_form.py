@@ -84,7 +84,7 @@ FIELDS: tuple[FormField, ...] = (
     FormField("checkpoint_format", "ckpt format", "checkpoint_format", tuple((f, f) for f in CHECKPOINT_FORMATS)),
     FormField("peft_method", "PEFT", "peft.method_type", (("none", ""), ("LoRA", "LORA"))),
     FormField("peft_r", "LoRA r", "peft.r"),
-    FormField("output_dir", "output dir", "output_dir", placeholder="outputs/train/<date>_<job>"),
+    FormField("output_dir", "output dir", "output_dir", placeholder="outputs/train/<date>/<time>_<job>"),
     FormField("extra", "more flags", placeholder="--a.b=c ..."),
 )
 
@@ -297,6 +297,8 @@ def evaluate(values: dict[str, str]) -> LaunchPlan:
 
 
 def default_output_dir(cfg: TrainConfig, now: datetime) -> Path:
-    """`outputs/train/<date>_<job>` for a run launched without --output_dir."""
+    """`outputs/train/<date>/<time>_<job>`, as lr-engine names a run launched without --output_dir.
+
+    The TUI fills it in before launching, so that it knows which folder to monitor."""
     job = cfg.job_name or cfg.policy.type_name
-    return Path("outputs") / "train" / f"{now:%Y-%m-%d_%H-%M-%S}_{job}"
+    return Path("outputs") / "train" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S}_{job}"

@@ -7,6 +7,7 @@ half-written file, since the engine may be writing it at that moment.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,8 +82,14 @@ def summarize_run(output_dir: Path) -> RunSummary:
     )
 
 
+_CLI_ERROR = re.compile(r"^(\[[^\]]*\]:?\s*)?lr-[a-z]+: error: ")
+
+
 def log_tail(output_dir: Path, lines: int = 20) -> tuple[Path, str] | None:
-    """The newest `<run>/logs/*.log` and its last `lines` lines, or None without logs."""
+    """The newest `<run>/logs/*.log` and its last `lines` lines, or None without logs.
+
+    When an lr CLI's own `lr-<cli>: error: ...` line is further up (torchrun prints its
+    traceback after it), that line comes first: it is the cause to read."""
     logs = sorted((Path(output_dir) / "logs").glob("*.log"), key=lambda p: (p.stat().st_mtime, p.name))
     if not logs:
         return None
@@ -90,4 +97,7 @@ def log_tail(output_dir: Path, lines: int = 20) -> tuple[Path, str] | None:
     with newest.open("rb") as f:
         f.seek(max(0, newest.stat().st_size - 64 * 1024))
         text = f.read().decode("utf-8", errors="replace")
-    return newest, "\n".join(text.splitlines()[-lines:])
+    all_lines = text.splitlines()
+    tail = all_lines[-lines:]
+    causes = [line for line in all_lines[:-lines] if _CLI_ERROR.match(line)]
+    return newest, "\n".join(causes[-1:] + (["..."] if causes else []) + tail)

@@ -59,10 +59,10 @@ def _file_tree(details: CheckpointDetails) -> list[str]:
             lines.append(folder)
         for name, sizes in sorted(names.items()):
             count = f"  {len(sizes)} files" if name.endswith("/") else ""
-            lines.append(f"  {name:<22}{format_bytes(sum(sizes)):>9}{count}")
+            lines.append(f"  {format_bytes(sum(sizes)):>9}  {name}{count}")
             summary = details.tensors.get(folder + name)
             if summary is not None:
-                lines.append(f"    {summary.describe()}, {format_bytes(summary.nbytes)} of data")
+                lines.append(f"{'':>13}{summary.describe()}, {format_bytes(summary.nbytes)} of data")
     return lines
 
 
