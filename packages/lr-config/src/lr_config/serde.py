@@ -153,7 +153,7 @@ def _known_keys_at(cls: type, flag: str) -> list[str]:
 
 def from_dict(cls: type[T], data: Any, *, source: str = "config") -> T:
     """Structure `data` into `cls` strictly, or raise a ConfigError naming flag paths."""
-    if cls.__name__ == "TrainConfig" and isinstance(data, dict):
+    if getattr(cls, "__name__", "") == "TrainConfig" and isinstance(data, dict):
         _check_policy_type(data.get("policy"))
     try:
         return converter.structure(data, cls)

@@ -95,8 +95,17 @@ def _write_pretrained_extras(run: Run) -> Any:
     def write(directory: Path) -> None:
         save_json(directory / "config.json", policy_config_dict(run.cfg.policy))
         save_processors(directory, run.data.pre, run.data.post)
+        if run.cfg.peft.method_type is not None:
+            from .adapters import write_adapter_config
+
+            assert run.cfg.policy.path is not None
+            write_adapter_config(directory, run.policy, run.cfg.policy.path)
 
     return write
+
+
+def trainable_names(run: Run) -> set[str]:
+    return {name for name, p in run.model.named_parameters() if p.requires_grad}
 
 
 def scheduler_state(run: Run, step: int) -> dict[str, Any]:
@@ -131,7 +140,12 @@ def write_final_model(run: Run) -> None:
 
         final = run.output_dir / "pretrained_model"
         tmp = Path(tempfile.mkdtemp(prefix=".pretrained_model.tmp-", dir=run.output_dir))
-        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
+        name = "model.safetensors"
+        if run.cfg.peft.method_type is not None:
+            keep = trainable_names(run)
+            state = {k: v for k, v in state.items() if k in keep}
+            name = "adapter_model.safetensors"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / name))
         _write_pretrained_extras(run)(tmp)
         save_json(tmp / "train_config.json", to_dict(run.cfg))
         old = run.output_dir / ".pretrained_model.old"
@@ -144,13 +158,13 @@ def write_final_model(run: Run) -> None:
 
 
 def publish(run: Run) -> None:
-    from lr_publish import publish_trained_model
+    from lr_publish import default_publish_folder, publish_trained_model
 
     cfg = run.cfg
     assert cfg.policy.repo_id is not None
     from .train import training_step_record
 
-    publish_trained_model(
+    url = publish_trained_model(
         run.model,
         train_config=cfg,
         training_step=training_step_record(run, cfg.steps),
@@ -159,5 +173,16 @@ def publish(run: Run) -> None:
         private=cfg.policy.private,
         endpoint=cfg.hub.endpoint,
         revision=cfg.hub.revision,
-        folder=run.output_dir / "publish" / cfg.policy.repo_id.replace("/", "__"),
+        folder=default_publish_folder(run.output_dir, cfg.policy.repo_id, cfg.steps),
     )
+    if url is not None and run.ctx.is_main:
+        print(f"Model pushed to {url}", flush=True)
+
+
+def check_publish(cfg: TrainConfig) -> None:
+    """Before training: a bad repo id or a missing token fails now, not after hours."""
+    if cfg.policy.push_to_hub:
+        from lr_publish import check_publish_settings
+
+        assert cfg.policy.repo_id is not None
+        check_publish_settings(cfg.policy.repo_id, flag="--policy.repo_id")

@@ -20,6 +20,7 @@ from torch import nn
 from .data.dataset import demo_meta_without_files, load_meta, resolve_dataset_root
 from .parallel.wrap import WrapPlan, plan_wrap
 from .policies.base import load_policy_config, make_policy
+from .setup import policy_type
 
 
 def _meta_policy(cfg: TrainConfig) -> tuple[TrainConfig, nn.Module]:
@@ -36,7 +37,11 @@ def _meta_policy(cfg: TrainConfig) -> tuple[TrainConfig, nn.Module]:
         policy_cfg = replace(policy_cfg, input_features=inputs, output_features=outputs)
     cfg = replace(cfg, policy=policy_cfg)
     with torch.device("meta"):
-        policy = make_policy(policy_cfg)
+        policy: nn.Module = make_policy(policy_cfg)
+        if cfg.peft.method_type is not None:
+            from .adapters import apply_lora
+
+            policy = apply_lora(policy, cfg)
     return cfg, policy
 
 
@@ -77,7 +82,7 @@ def plan_lines(cfg: TrainConfig, world_size: int) -> list[str]:
     ]
     plan: WrapPlan | None = None
     if topo.sharded:
-        plan = plan_wrap(policy, cfg, type(policy)._fsdp_wrap_modules)
+        plan = plan_wrap(policy, cfg, policy_type(policy)._fsdp_wrap_modules)
         lines.append(f"FSDP units ({plan.source}): {len(plan.units)}, then the root")
         in_units = 0
         for fqn, unit in plan.units:

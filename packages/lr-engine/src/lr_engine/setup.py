@@ -140,22 +140,34 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_policy(cfg: TrainConfig, device: torch.device) -> Policy:
-    """The policy with identical initial weights on every rank (the base's weights when fine-tuning)."""
+def build_policy(cfg: TrainConfig, device: torch.device) -> nn.Module:
+    """The policy with identical initial weights on every rank (the base's weights when
+    fine-tuning), wrapped with LoRA adapters when --peft.method_type is set."""
     seed_everything(cfg.seed)
-    policy = make_policy(cfg.policy)
+    policy: nn.Module = make_policy(cfg.policy)
     if cfg.policy.path is not None:
         load_weights(policy, cfg.policy.path)
+    if cfg.peft.method_type is not None:
+        from .adapters import apply_lora
+
+        policy = apply_lora(policy, cfg)
     return policy.to(device)
 
 
-def parallelize(policy: Policy, cfg: TrainConfig, ctx: DistContext) -> tuple[nn.Module, WrapPlan | None]:
+def policy_type(model: nn.Module) -> type[Policy]:
+    """The policy class inside a (PEFT-wrapped) model."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    assert isinstance(inner, Policy)
+    return type(inner)
+
+
+def parallelize(policy: nn.Module, cfg: TrainConfig, ctx: DistContext) -> tuple[nn.Module, WrapPlan | None]:
     topo = ctx.topology
     if topo.layout == "single":
         return policy, None
     if topo.layout == "ddp":
         return apply_ddp(policy, cfg, ctx), None
-    plan = plan_wrap(policy, cfg, type(policy)._fsdp_wrap_modules)
+    plan = plan_wrap(policy, cfg, policy_type(policy)._fsdp_wrap_modules)
     return apply_fsdp(policy, cfg, ctx, plan), plan
 
 

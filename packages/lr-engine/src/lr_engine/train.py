@@ -41,7 +41,6 @@ from .optim import clip_and_norm, lr_at, make_optimizer, set_lr
 from .parallel.dist import DistContext
 from .parallel.precision import autocast_for, make_scaler
 from .parallel.wrap import WrapPlan, sync_ignored_grads
-from .policies.base import Policy
 from .setup import (
     Data,
     build_data,
@@ -60,7 +59,7 @@ class Run:
     cfg: TrainConfig
     ctx: DistContext
     data: Data
-    policy: Policy
+    policy: nn.Module
     model: nn.Module
     plan: WrapPlan | None
     optimizer: torch.optim.Optimizer
@@ -100,6 +99,7 @@ def write_status(run: Run, status: str, step: int, error: str | None = None) -> 
 
 
 def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
+    checkpointing.check_publish(cfg)
     resume = checkpointing.read_resume(cfg) if cfg.resume else None
     cfg = prepare_output(cfg, ctx)
     cfg = resolve_features(resolved_parallelism(cfg, ctx), ctx)

@@ -136,6 +136,7 @@ class ACTPolicy(Policy):
     config_class: ClassVar[type[PolicyConfigBase]] = ACTConfig
     name: ClassVar[str] = "act"
     _fsdp_wrap_modules: ClassVar[list[str]] = ["ACTEncoderLayer", "ACTDecoderLayer"]
+    _peft_target_modules: ClassVar[list[str]] = ["q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2"]
 
     def __init__(self, config: PolicyConfigBase) -> None:
         super().__init__(config)

@@ -35,6 +35,7 @@ class Policy(nn.Module):
     name: ClassVar[str]
     _fsdp_wrap_modules: ClassVar[list[str]] = []
     _fsdp_forward_methods: ClassVar[list[str]] = ["select_action", "predict_action_chunk"]
+    _peft_target_modules: ClassVar[list[str]] = []
 
     def __init__(self, config: PolicyConfigBase) -> None:
         super().__init__()
@@ -98,8 +99,7 @@ def make_policy(config: PolicyConfigBase) -> Policy:
 
 
 def policy_config_dict(config: PolicyConfigBase) -> dict[str, Any]:
-    data = {"version": POLICY_CONFIG_VERSION, **to_dict(config)}
-    return data
+    return {"version": POLICY_CONFIG_VERSION, "type": config.type_name, **to_dict(config)}
 
 
 def save_pretrained(policy: Policy, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:

@@ -31,6 +31,7 @@ class MLPPolicy(Policy):
     config_class: ClassVar[type[PolicyConfigBase]] = MLPConfig
     name: ClassVar[str] = "mlp"
     _fsdp_wrap_modules: ClassVar[list[str]] = []
+    _peft_target_modules: ClassVar[list[str]] = ["linear"]
 
     def __init__(self, config: PolicyConfigBase) -> None:
         super().__init__(config)
