@@ -1,0 +1,96 @@
+"""The `lr-engine train` CLI end to end, single process: outputs, dry run, bad input."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+
+from _support.procs import run_cli
+
+TINY = ["--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--batch_size=16"]
+
+
+def tree_hash(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_tiny_act_run_writes_the_documented_files_and_learns(tmp_path, demo_dataset):
+    out = tmp_path / "run"
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY,
+                    "--steps=30", "--log_freq=5", "--save_freq=15", "--optimizer.lr=0.003"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "batch_size 16 x dp_world_size 1 x grad_accum 1 = effective batch 16" in proc.stdout
+    assert f"checkpoints in {out / 'checkpoints'}" in proc.stdout and "metrics.jsonl" in proc.stdout
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [5, 10, 15, 20, 25, 30]
+    assert records[-1]["loss"] < records[0]["loss"]
+    for key in ("epoch", "samples", "loss", "lr", "grad_norm", "update_s", "dataloading_s", "samples_per_s", "mem_gb"):
+        assert key in records[0]
+    assert {"l1_loss", "kld_loss"} <= set(records[0]["info"])
+    status = json.loads((out / "run.json").read_text())
+    assert status["status"] == "finished" and status["step"] == 30 and status["steps"] == 30
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["version"] == 1 and config["steps"] == 30 and config["dataset"]["root"] == str(demo_dataset)
+    final = out / "pretrained_model"
+    for name in ("config.json", "model.safetensors", "train_config.json", "policy_preprocessor.json", "policy_postprocessor.json"):
+        assert (final / name).exists(), name
+    with safe_open(str(final / "model.safetensors"), framework="pt") as f:
+        assert len(list(f.keys())) > 10
+    assert (out / "checkpoints" / "last").resolve() == (out / "checkpoints" / "000030").resolve()
+    assert (out / "checkpoints" / "000015" / "training_state" / "training_step.json").exists()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, demo_dataset):
+    out = tmp_path / "never"
+    proc = run_cli(["lr_engine.cli", "train", "--dry_run=true", "--world_size=4", "--parallelism.dp_shard=-1",
+                    f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY])
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "batch_size 16 x dp_world_size 4 x grad_accum 1 = effective batch 64" in text
+    assert "FSDP2 dp_replicate=1 dp_shard=4 world=4" in text
+    assert "parameters (" in text and "trainable)" in text
+    assert "encoder.0  ACTEncoderLayer" in text and "decoder.0  ACTDecoderLayer" in text
+    assert "per-rank memory estimate" in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--stesp=3"], "did you mean '--steps'"),
+        (["--batch_size=1.5"], "--batch_size: expected int"),
+        (["--policy.type=actt"], "did you mean 'act'"),
+        (["--parallelism.dp_shard=2"], "1 x 2 = 2, but 1 process will run"),
+        (["--checkpoint_format=dcp"], "--checkpoint_format=dcp needs a sharded run"),
+        (["--policy.n_action_steps=50"], "--policy.n_action_steps: must be <="),
+    ],
+)
+def test_bad_flags_exit_2_with_nothing_written(tmp_path, demo_dataset, flags, message):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    before = tree_hash(out)
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *flags])
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert tree_hash(out) == before
+
+
+def test_an_existing_run_folder_is_not_reused_without_resume(tmp_path, demo_dataset):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "train_config.json").write_text("{}")
+    before = tree_hash(out)
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY, "--steps=2"])
+    assert proc.returncode == 2 and "--resume=true" in proc.stderr
+    assert tree_hash(out) == before
+
+
+def test_help_lists_every_flag():
+    proc = run_cli(["lr_engine.cli", "train", "--help"])
+    assert proc.returncode == 0
+    for flag in ("--accelerator.fsdp.min_num_params", "--parallelism.dp_shard", "--peft.r", "--policy.chunk_size"):
+        assert flag in proc.stdout
