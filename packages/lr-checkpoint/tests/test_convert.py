@@ -71,21 +71,22 @@ def test_delete_dcp_keeps_a_resumable_checkpoint(ckpt_runs: Path, copy_step) -> 
     assert_matches(ckpt_runs / "ref_fsdp.safetensors", model, optimizer, "after convert --delete_dcp")
 
 
-def test_cli_converts_through_the_last_link(ckpt_runs: Path, copy_step, cli) -> None:  # type: ignore[no-untyped-def]
+def test_cli_converts_through_the_last_link(ckpt_runs: Path, copy_step, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from lr_checkpoint.cli import main
+
     root = copy_step("fsdp_dcp")
-    done = cli(["lr_checkpoint.cli", "convert", f"--checkpoint_dir={root.parent / 'last'}", "--dtype=fp32"])
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("wrote ") and "Warning" not in done.stderr
+    assert main(["convert", f"--checkpoint_dir={root.parent / 'last'}", "--dtype=fp32"]) == 0
+    assert capsys.readouterr().out.startswith("wrote ")
     assert_same(load_file(str(root / "pretrained_model" / "model.safetensors")), gathered(ckpt_runs))
 
 
 MEASURE = """
 import resource, sys
-from lr_checkpoint import convert_checkpoint
+from lr_checkpoint.cli import main
 def peak_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-convert_checkpoint(sys.argv[1])  # warm-up: imports and DCP code paths
+assert main(["convert", "--checkpoint_dir=" + sys.argv[1]]) == 0  # warm-up: imports and DCP code paths
 baseline = peak_mb()
-convert_checkpoint(sys.argv[2])
+assert main(["convert", "--checkpoint_dir=" + sys.argv[2]]) == 0
 print(peak_mb() - baseline)
 """
 
@@ -98,13 +99,14 @@ def _dcp_step(root: Path, tensors: dict[str, torch.Tensor]) -> Path:
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
-def test_conversion_memory_stays_near_one_tensor(tmp_path: Path) -> None:
+def test_cli_conversion_memory_stays_near_one_tensor(tmp_path: Path) -> None:
     from _support.procs import subprocess_env
 
     tiny = _dcp_step(tmp_path / "tiny", {"w": torch.ones(4)})
     big = _dcp_step(tmp_path / "big", {f"layers.{i}.weight": torch.full((1024, 1024), float(i)) for i in range(24)})  # 96 MB
     done = subprocess.run([sys.executable, "-c", MEASURE, str(tiny), str(big)], env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
     rise_mb = float(done.stdout.split()[-1])
     # Loading everything first would need >= 96 MB above the baseline; streaming needs about
     # one 4 MB tensor plus DCP's read buffers.

@@ -24,10 +24,9 @@ from ._dcp_read import load_in_place
 from ._dist import run_on_main
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
-from ._resume import read_json_object
+from ._json_files import read_optimizer_json
 from ._st_format import read_header
 from ._state import (
-    OPTIMIZER_JSON_VERSION,
     join_optimizer_state,
     load_full_model_state,
     load_full_optimizer_state,
@@ -36,7 +35,7 @@ from ._state import (
     split_optimizer_state,
 )
 
-__all__ = ["load_model_and_optimizer", "read_optimizer_json", "saved_shapes"]
+__all__ = ["load_model_and_optimizer", "saved_shapes"]
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -71,21 +70,6 @@ def _check_shapes(source: Path, expected: Shapes, what: str) -> None:
             f"{source}: does not match this {what} ({'; '.join(p for p in problems if p)}); "
             f"resume with the same policy and optimizer settings as the run that saved it"
         )
-
-
-def read_optimizer_json(path: Path) -> dict[str, Any]:
-    """`optimizer_param_groups.json`, checked for its schema."""
-    data = read_json_object(path)
-    groups, other = data.get("param_groups"), data.get("non_tensor_state")
-    ok = (
-        data.get("version") == OPTIMIZER_JSON_VERSION
-        and isinstance(groups, list)
-        and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
-        and isinstance(other, dict)
-    )
-    if not ok or set(data) != {"version", "param_groups", "non_tensor_state"}:
-        raise CheckpointError(f"{path}: not an lr optimizer param-groups file (version {OPTIMIZER_JSON_VERSION}); the file is damaged")
-    return data
 
 
 def _check_groups(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:

@@ -6,30 +6,16 @@ and saved topology; `read_resume_state` adds the scheduler and fp16 scaler state
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from lr_config import ConfigError, TrainingStep, load_training_step
 
 from ._errors import CheckpointError
+from ._json_files import read_json_object
 from ._layout import StepFiles, resolve_step_dir
 from ._request import ResumeState
 
-__all__ = ["read_json_object", "read_resume_state", "read_training_step"]
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`, or a CheckpointError naming the file."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file not found; the checkpoint is incomplete") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc}); the file is damaged") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object; the file is damaged")
-    return data
+__all__ = ["read_resume_state", "read_training_step"]
 
 
 def read_training_step(step_dir: Path) -> TrainingStep:

@@ -30,9 +30,9 @@ from torch.distributed.tensor import DTensor
 
 from ._dist import is_distributed, is_main
 from ._errors import CheckpointError
+from ._json_files import OPTIMIZER_JSON_VERSION
 
 __all__ = [
-    "OPTIMIZER_JSON_VERSION",
     "full_model_state",
     "full_optimizer_state",
     "is_sharded",
@@ -44,7 +44,6 @@ __all__ = [
     "split_optimizer_state",
 ]
 
-OPTIMIZER_JSON_VERSION = 1
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _BROADCAST = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
 

@@ -19,8 +19,8 @@ from safetensors import safe_open
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_dcp_tensor
 from ._layout import StepFiles, resolve_step_dir
-from ._load import read_optimizer_json
-from ._resume import read_json_object, read_training_step
+from ._json_files import read_json_object, read_optimizer_json
+from ._resume import read_training_step
 from ._st_format import read_header
 
 __all__ = ["verify_checkpoint"]
