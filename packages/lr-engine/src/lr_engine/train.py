@@ -15,6 +15,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -69,6 +70,7 @@ class Run:
     current_step: int = 0
     updates: int = 0
     skipped_updates: int = 0
+    stopped: bool = False
     grad_norm: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
     status: RunStatus = field(default_factory=RunStatus)
 
@@ -271,6 +273,7 @@ def loop(run: Run) -> int:
     run.model.train()
     stream = batches(run)
     step = run.start_step
+    stop = StopRequest.install()
     try:
         for step in range(run.start_step + 1, cfg.steps + 1):
             run.current_step = step - 1
@@ -282,15 +285,56 @@ def loop(run: Run) -> int:
             window.add(loss, info, data_s)
             if sink is not None:
                 sink.advance(step)
-            if step % cfg.log_freq == 0 or step == cfg.steps:
+            stopping = last_micro and stop.agreed(run.ctx)
+            if step % cfg.log_freq == 0 or step == cfg.steps or stopping:
                 window = log_step(run, window, sink, step)
-            if cfg.save_checkpoint and last_micro and (step % cfg.save_freq == 0 or step == cfg.steps):
+            if cfg.save_checkpoint and last_micro and (step % cfg.save_freq == 0 or step == cfg.steps or stopping):
                 checkpointing.save(run, step, training_step_record(run, step))
+            if stopping:
+                run.stopped = True
+                log(run.ctx, f"stopped at step {step} on request" + (" (checkpoint saved)" if cfg.save_checkpoint else ""))
+                break
     finally:
+        stop.uninstall()
         if sink is not None:
             sink.close()
     checkpointing.finish_pending()
     return step
+
+
+class StopRequest:
+    """SIGINT/SIGTERM ask for a clean stop at the next update boundary, agreed by all ranks.
+
+    The flag travels over the control group (gloo, CPU) every update, so no rank stops
+    alone and a GPU run pays no device sync for it. A second signal interrupts at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: dict[int, Any] = {}
+
+    @classmethod
+    def install(cls) -> StopRequest:
+        req = cls()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            req.previous[sig] = signal.signal(sig, req._handle)
+        return req
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def uninstall(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def agreed(self, ctx: DistContext) -> bool:
+        if ctx.control_group is None:
+            return self.requested
+        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=ctx.control_group)
+        return bool(flag.item())
 
 
 def train(cfg: TrainConfig, ctx: DistContext) -> Path:
@@ -304,7 +348,7 @@ def train(cfg: TrainConfig, ctx: DistContext) -> Path:
     except BaseException as exc:
         write_status(run, "failed", run.current_step, error=f"{type(exc).__name__}: {exc}")
         raise
-    write_status(run, "finished", last)
+    write_status(run, "stopped" if run.stopped else "finished", last)
     if cfg.policy.push_to_hub:
         checkpointing.publish(run)
     log(ctx, f"done: checkpoints in {run.output_dir / 'checkpoints'}, metrics in {run.output_dir / 'metrics.jsonl'}, "

@@ -36,6 +36,7 @@ class DistContext:
     topology: Topology
     device: torch.device
     mesh: DeviceMesh | None
+    control_group: dist.ProcessGroup | None = None
 
     @property
     def is_main(self) -> bool:
@@ -85,6 +86,7 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     mesh: DeviceMesh | None = None
+    control: dist.ProcessGroup | None = None
     if world > 1:
         backend = "nccl" if device.type == "cuda" else "gloo"
         timeout = timedelta(seconds=float(os.environ.get("LR_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
@@ -94,7 +96,9 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
             (topo.dp_replicate, topo.dp_shard),
             mesh_dim_names=("dp_replicate", "dp_shard"),
         )
-    return DistContext(rank=rank, local_rank=local_rank, world_size=world, topology=topo, device=device, mesh=mesh)
+        # Small host-side decisions (stop requests) go over gloo on every backend.
+        control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+    return DistContext(rank=rank, local_rank=local_rank, world_size=world, topology=topo, device=device, mesh=mesh, control_group=control)
 
 
 def barrier() -> None:
