@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tui_support import make_checkpoint, point_last, wait_until
+from tui_support import app_ready, make_checkpoint, point_last, wait_until
 
 from lr_config import LaunchSpec, build_resume_launch, format_command
 from lr_tui.app import LrApp
@@ -28,7 +28,7 @@ def output(app: LrApp) -> str:
 
 
 async def open_checkpoints(pilot) -> None:  # type: ignore[no-untyped-def]
-    await pilot.pause()
+    await app_ready(pilot)
     await pilot.press("3")
     await pilot.pause()
 
@@ -60,7 +60,7 @@ async def test_copy_resume_command_uses_the_launch_form_and_says_if_it_is_sample
     step_dir = make_checkpoint(tmp_path, 100, batch_size=8)
     app = LrApp(tmp_path, plan_runner=None)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await app_ready(pilot)
         launch = app.launch_view
         launch.rows["nproc_per_node"].set_value("4")
         launch.rows["dp_shard"].set_value("-1")

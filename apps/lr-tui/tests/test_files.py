@@ -7,7 +7,7 @@ import struct
 import sys
 
 import pytest
-from tui_support import make_checkpoint, metrics_line, point_last, write_metrics, write_run_status, write_weights
+from tui_support import make_checkpoint, metrics_line, point_last, write_run_status, write_weights
 
 from lr_config import RunStatus
 from lr_tui import cli_tasks
@@ -137,3 +137,23 @@ def test_cli_argv_are_lists_for_this_interpreter(tmp_path):
     assert cli_tasks.plan_argv(["--dry_run=true", "--world_size=2"]) == [
         sys.executable, "-m", "lr_engine.cli", "train", "--dry_run=true", "--world_size=2"
     ]
+
+
+def test_start_training_runs_detached_and_stop_ends_its_process_group(tmp_path):
+    import os
+    import signal
+    import time
+
+    log = tmp_path / "logs" / "launch.log"
+    proc = cli_tasks.start_training([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"], tmp_path)
+    try:
+        assert os.getsid(proc.pid) == proc.pid  # its own session: a closed terminal or app does not kill it
+        deadline = time.monotonic() + 30
+        while log.read_text() != "started\n" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log.read_text() == "started\n"
+        cli_tasks.stop_training(proc)
+        assert proc.wait(timeout=20) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()

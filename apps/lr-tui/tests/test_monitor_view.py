@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_support import metrics_line, wait_until, write_metrics, write_run_status
+from tui_support import app_ready, metrics_line, wait_until, write_metrics, write_run_status
 
 from lr_tui.app import LrApp
 from lr_tui.views.monitor import MonitorView
@@ -26,7 +26,7 @@ async def test_appended_lines_update_the_monitor_and_a_partial_line_waits(tmp_pa
     write_run_status(tmp_path, step=15, steps=300)
     app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await app_ready(pilot)
         monitor = app.monitor_view
         assert app.query_one("#views").active == "monitor"
         await wait_until(pilot, lambda: len(monitor.records) == 3, what="3 records")
@@ -54,7 +54,7 @@ async def test_a_new_file_in_the_same_folder_starts_the_charts_over(tmp_path):
     write_metrics(tmp_path / "metrics.jsonl", list(range(5, 105, 5)))
     app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await app_ready(pilot)
         monitor = app.monitor_view
         await wait_until(pilot, lambda: len(monitor.records) == 20, what="20 records")
         write_metrics(tmp_path / "metrics.jsonl", [5, 10])
@@ -66,7 +66,7 @@ async def test_sparklines_are_downsampled_to_their_width(tmp_path):
     write_metrics(tmp_path / "metrics.jsonl", list(range(1, 1001)))
     app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await app_ready(pilot)
         monitor = app.monitor_view
         await wait_until(pilot, lambda: len(monitor.records) == 1000, what="1000 records")
         await pilot.pause()
@@ -81,7 +81,7 @@ async def test_a_failed_run_shows_its_error_and_the_tail_of_its_log(tmp_path):
     (tmp_path / "logs" / "launch.log").write_text("".join(f"log line {i}\n" for i in range(100)) + "Traceback: boom\n")
     app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await app_ready(pilot)
         monitor = app.monitor_view
         panel = monitor.query_one("#failure-log", TextPanel)
         await wait_until(pilot, lambda: panel.display, what="the failure log")
@@ -96,7 +96,7 @@ async def test_open_a_run_folder_by_keyboard(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     app = LrApp(plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await app_ready(pilot)
         await pilot.press("2", "o")
         await pilot.pause()
         await pilot.press("ctrl+a", "ctrl+k", "r", "enter")

@@ -16,7 +16,8 @@ VISIT_EVERY_VIEW = textwrap.dedent(
     async def main():
         app = LrApp(Path(sys.argv[1]), plan_runner=None, poll_interval=0.05)
         async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause()
+            while not app.checkpoints_view.is_mounted:
+                await pilot.pause(0.05)
             for key in ("1", "2", "3", "down", "question_mark", "escape"):
                 await pilot.press(key)
                 await pilot.pause()

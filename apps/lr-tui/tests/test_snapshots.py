@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_support import sample_planner, wait_until
+from tui_support import app_ready, sample_planner, wait_until
 
 from lr_tui.app import LrApp
 
@@ -28,6 +28,7 @@ def sample_app(run: bool = True) -> LrApp:
 
 
 async def plan_shown(pilot) -> None:  # type: ignore[no-untyped-def]
+    await app_ready(pilot)
     await wait_until(pilot, lambda: pilot.app.query_one("#plan").text.startswith("lr-engine dry run"), what="the plan")
 
 
@@ -41,7 +42,7 @@ def test_launch_view_80x24(snap_compare):
 
 def test_launch_view_invalid_topology(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
-        await pilot.pause()
+        await app_ready(pilot)
         rows = pilot.app.launch_view.rows
         rows["nproc_per_node"].set_value("4")
         rows["dp_shard"].set_value("3")
@@ -54,6 +55,7 @@ def test_launch_view_invalid_topology(snap_compare):
 
 def test_monitor_view(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await app_ready(pilot)
         await wait_until(pilot, lambda: len(pilot.app.monitor_view.records) == 40, what="the sample metrics")
         await pilot.pause()
 
@@ -62,7 +64,7 @@ def test_monitor_view(snap_compare):
 
 def test_checkpoints_view(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
-        await pilot.pause()
+        await app_ready(pilot)
         await pilot.press("3")
         await pilot.pause()
 
@@ -71,7 +73,7 @@ def test_checkpoints_view(snap_compare):
 
 def test_help_screen(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
-        await pilot.pause()
+        await app_ready(pilot)
         await pilot.press("question_mark")
         await pilot.pause()
 

@@ -171,7 +171,7 @@ if __name__ == "__main__":
     print(build_sample_run(SAMPLE_RUN))
 
 
-async def wait_until(pilot, predicate, timeout: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+async def wait_until(pilot, predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
     """Pause the pilot until `predicate()` is true (workers and subprocesses need a moment)."""
     import time
 
@@ -196,3 +196,10 @@ per-rank memory estimate (fp32 master weights, adamw): total 8.2 MiB"""
 async def sample_planner(argv: list[str]) -> tuple[int, str]:
     """A deterministic stand-in for `lr-engine train --dry_run=true` (snapshots)."""
     return 0, SAMPLE_PLAN
+
+
+async def app_ready(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Wait until every view is mounted (the hidden ones mount lazily, after the first frame)."""
+    app = pilot.app
+    await pilot.pause()
+    await wait_until(pilot, lambda: all(v.is_mounted for v in (app.launch_view, app.monitor_view, app.checkpoints_view)), what="the views")

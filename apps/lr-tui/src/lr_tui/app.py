@@ -106,6 +106,8 @@ class LrApp(App[None]):
         }
         if views[active].is_mounted:
             views[active].focus_main()
+        else:  # a lazy view mounts right after the first frame
+            self.call_after_refresh(self._focus_active_view)
 
     def action_show_view(self, view: str) -> None:
         self.query_one("#views", TabbedContent).active = view
