@@ -166,7 +166,11 @@ class CheckpointsView(Vertical):
         """Run one CLI, streaming its output; refresh the table when it ends."""
         self._output = []
         self._say(f"$ {title}")
-        code = await run_streaming(argv, self._say)
+        try:
+            code = await run_streaming(argv, self._say)
+        except OSError as exc:
+            self._say(f"could not start {argv[0]}: {exc}")
+            code = -1
         self._say(f"{title}: {'done' if code == 0 else f'failed (exit {code})'}", error=code != 0)
         self.action_refresh()
         return code

@@ -123,7 +123,7 @@ class LaunchView(Horizontal):
             preview.show(f"{count} problem{'s' if count != 1 else ''} in the settings; see {where}", error=True)
         self._update_static("#batch", plan.batch_line())
         self._update_static("#general-problems", "\n".join(plan.problems.get(GENERAL, [])))
-        self._schedule_dry_run(plan.dry_run_flags())
+        self._schedule_dry_run(plan)
 
     def _update_static(self, selector: str, text: str) -> None:
         """Update only on change: every update of an auto-height widget costs a layout."""
@@ -132,7 +132,8 @@ class LaunchView(Horizontal):
             static.update(text)
         static.display = bool(text)
 
-    def _schedule_dry_run(self, flags: list[str] | None) -> None:
+    def _schedule_dry_run(self, plan: LaunchPlan) -> None:
+        flags = plan.dry_run_flags()
         if flags == self._plan_flags or self.plan_runner is None:
             return
         self._plan_flags = flags
@@ -144,16 +145,20 @@ class LaunchView(Horizontal):
             panel.show("waiting for valid settings")
             return
         panel.show("planning ...")
+        world_size = plan.spec.world_size if plan.spec else 0
         if self.plan_delay > 0:
-            self._plan_timer = self.set_timer(self.plan_delay, lambda: self._dry_run(flags))
+            self._plan_timer = self.set_timer(self.plan_delay, lambda: self._dry_run(flags, world_size))
         else:
-            self._dry_run(flags)
+            self._dry_run(flags, world_size)
 
     @work(exclusive=True, group="plan")
-    async def _dry_run(self, flags: list[str]) -> None:
+    async def _dry_run(self, flags: list[str], world_size: int) -> None:
         assert self.plan_runner is not None
-        code, output = await self.plan_runner(plan_argv(flags))
-        subtitle = f"world size {flags[1].partition('=')[2]}" + ("" if code == 0 else f", exit {code}")
+        try:
+            code, output = await self.plan_runner(plan_argv(flags))
+        except OSError as exc:
+            code, output = -1, f"could not start lr-engine: {exc}"
+        subtitle = f"world size {world_size}" + ("" if code == 0 else f", exit {code}")
         self.query_one("#plan", TextPanel).show(output or "(no output)", subtitle=subtitle, error=code != 0)
 
     def action_copy_command(self) -> None:
