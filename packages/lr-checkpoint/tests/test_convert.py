@@ -113,3 +113,11 @@ def test_cli_conversion_memory_stays_near_one_tensor(tmp_path: Path) -> None:
     assert rise_mb < 40, f"peak RSS rose {rise_mb:.1f} MB converting a 96 MB checkpoint"
     weights = load_file(str(big / "pretrained_model" / "model.safetensors"))
     assert len(weights) == 24 and torch.equal(weights["layers.7.weight"], torch.full((1024, 1024), 7.0))
+
+
+def test_dcp_only_checkpoint_points_to_convert(ckpt_runs: Path, copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_dcp")
+    with pytest.raises(lc.CheckpointError, match=rf"only DCP shards .*run `lr-checkpoint convert --checkpoint_dir={root.resolve()}` first"):
+        lc.model_weights_file(root / "pretrained_model")
+    lc.convert_checkpoint(root)
+    assert lc.model_weights_file(root.parent / "last") == root.resolve() / "pretrained_model" / "model.safetensors"

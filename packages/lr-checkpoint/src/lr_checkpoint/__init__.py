@@ -21,9 +21,12 @@ Offline: `convert_checkpoint` (DCP shards -> model.safetensors, streaming),
 `inspect_checkpoint` (headers only) and `verify_checkpoint` (every byte readable), also
 as the `lr-checkpoint` CLI.
 
-`import lr_checkpoint` does not import torch: resolve_step_dir, read_training_step,
-read_resume_state, inspect_checkpoint and the dataclasses stay light (for the TUI); the
-other names import torch on first use.
+`model_weights_file` finds the gathered weights for publishing or fine-tuning, and tells
+the user to convert a DCP-only checkpoint.
+
+`import lr_checkpoint` does not import torch: resolve_step_dir, model_weights_file,
+read_training_step, read_resume_state, inspect_checkpoint and the dataclasses stay light
+(for the TUI); the other names import torch on first use.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import CheckpointError
 from ._inspect import inspect_checkpoint
-from ._layout import resolve_step_dir
+from ._layout import model_weights_file, resolve_step_dir
 from ._request import ResumeState, SaveRequest
 from ._resume import read_resume_state, read_training_step
 
@@ -54,6 +57,7 @@ __all__ = [
     "gather_model_state_dict",
     "inspect_checkpoint",
     "load_model_and_optimizer",
+    "model_weights_file",
     "read_resume_state",
     "read_training_step",
     "resolve_step_dir",

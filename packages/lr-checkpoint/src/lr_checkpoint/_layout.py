@@ -27,6 +27,7 @@ __all__ = [
     "StepFiles",
     "TEMP_PREFIX",
     "list_step_dirs",
+    "model_weights_file",
     "resolve_step_dir",
     "step_dir_name",
 ]
@@ -178,3 +179,18 @@ def resolve_step_dir(path: Path) -> Path:
     if not _looks_like_step_dir(step_dir):
         raise CheckpointError(f"{path}: not a checkpoint (no {PRETRAINED}/ or {TRAINING_STATE}/ inside){_no_last_hint(path)}; {_WHAT_TO_PASS}")
     return step_dir.resolve()
+
+
+def model_weights_file(path: Path) -> Path:
+    """`pretrained_model/model.safetensors` of the checkpoint at `path`, for whatever needs
+    gathered weights (publishing, fine-tuning from `--policy.path`); a DCP-only checkpoint
+    is a `CheckpointError` that says which convert command writes the file."""
+    files = StepFiles(resolve_step_dir(path))
+    if files.model.is_file():
+        return files.model
+    if files.has_model_dcp():
+        raise CheckpointError(
+            f"{files.root}: this checkpoint has only DCP shards ({files.model_dcp.name}/), no model.safetensors; "
+            f"run `lr-checkpoint convert --checkpoint_dir={files.root}` first"
+        )
+    raise CheckpointError(f"{files.model}: file not found and no DCP shards either; the checkpoint is incomplete")

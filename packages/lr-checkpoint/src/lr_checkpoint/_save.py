@@ -84,7 +84,8 @@ def effective_format(model: nn.Module, requested: str) -> str:
     return requested if is_sharded(model) else "safetensors"
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a folder's entries (renames, new names), to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -95,12 +96,8 @@ def _fsync_dir(path: Path) -> None:
 def _fsync_tree(root: Path) -> None:
     for folder, _, names in os.walk(root):
         for name in names:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(folder))
+            _fsync(Path(folder) / name)
+        _fsync(Path(folder))
 
 
 def _clear_leftovers(checkpoints_dir: Path) -> None:
@@ -200,7 +197,7 @@ def _point_last(checkpoints_dir: Path, name: str) -> None:
     tmp_link = checkpoints_dir / f".last-{secrets.token_hex(4)}"
     os.symlink(name, tmp_link)
     os.replace(tmp_link, link)
-    _fsync_dir(checkpoints_dir)
+    _fsync(checkpoints_dir)
 
 
 def _prune(checkpoints_dir: Path, keep: int) -> None:
@@ -221,7 +218,7 @@ def _commit(save: _Save) -> None:
         if save.final.exists():
             os.rename(save.final, replaced)
         os.rename(save.tmp, save.final)
-        _fsync_dir(save.checkpoints_dir)
+        _fsync(save.checkpoints_dir)
         pause_point("before_last", save.checkpoints_dir)
         _point_last(save.checkpoints_dir, save.final.name)
         shutil.rmtree(replaced, ignore_errors=True)
