@@ -209,6 +209,9 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
         _switch_policy_type(base, flags["policy.type"])
     for name, raw in flags.items():
         tp = _type_at(TrainConfig, name)
+        if _fields_of(tp) is not None:
+            children = ", ".join(f"--{name}.{child}" for child in list(_fields_of(tp) or {})[:4])
+            raise ConfigError(f"--{name}: is a group of settings, not a value; set one of its flags ({children}, ...)")
         if name in ("config_path", "policy.type"):
             continue
         _set(base, name.split("."), _decode(raw, tp))

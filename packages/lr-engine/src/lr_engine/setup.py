@@ -46,6 +46,14 @@ def default_output_dir(cfg: TrainConfig) -> Path:
     return Path("outputs") / "train" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{cfg.job_name}"
 
 
+RUN_FILES = ("train_config.json", "run.json", "metrics.jsonl", "checkpoints", "pretrained_model")
+
+
+def holds_a_run(out: Path) -> bool:
+    """A folder with a run's files (a launcher's logs/ or a Slurm script alone do not count)."""
+    return any((out / name).exists() for name in RUN_FILES)
+
+
 def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
     """Fill job_name/output_dir; refuse to reuse a run folder without --resume."""
     job = cfg.job_name or cfg.policy.type_name
@@ -54,9 +62,9 @@ def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
     if ctx.is_main:
         out = cfg.output_dir or default_output_dir(cfg)
         problem = ""
-        if not cfg.resume and out.exists() and any(out.iterdir()):
+        if not cfg.resume and holds_a_run(out):
             problem = (
-                f"--output_dir: {out} already holds files; choose another --output_dir, or continue that run with "
+                f"--output_dir: {out} already holds a run; choose another --output_dir, or continue that run with "
                 f"--resume=true --config_path={out}/checkpoints/last/pretrained_model/train_config.json"
             )
         decided = (str(out), problem)

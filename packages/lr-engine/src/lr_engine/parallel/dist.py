@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from lr_config import Topology, TrainConfig, validate
+from lr_config import ConfigError, Topology, TrainConfig, validate
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 DEFAULT_TIMEOUT_S = 300
@@ -80,7 +80,15 @@ def launcher_world() -> tuple[int, int, int, int]:
 
 def init_distributed(cfg: TrainConfig) -> DistContext:
     world, rank, local_rank, nnodes = launcher_world()
-    topo = validate(cfg, world_size=world, nnodes=nnodes)
+    try:
+        topo = validate(cfg, world_size=world, nnodes=nnodes)
+    except ConfigError as exc:
+        if cfg.resume and "--parallelism." in str(exc):
+            raise ConfigError(
+                f"{exc}\nThe degrees come from the checkpoint's train_config.json; to resume on another topology "
+                "pass both --parallelism.dp_replicate and --parallelism.dp_shard for this launch."
+            ) from None
+        raise
     assert topo is not None
     device = best_device(cfg.policy.device, local_rank)
     if device.type == "cuda":
