@@ -1,0 +1,85 @@
+"""The import graph follows ARCHITECTURE.md: imports point one way, and each package
+declares exactly the distributions it imports.
+
+    lr-config  <-  lr-checkpoint  <-  lr-publish
+        ^               ^                 ^
+        +----------- lr-engine -----------+
+    lr-tui  ->  lr-config, light parts of lr-checkpoint
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {
+    "lr_config": ROOT / "packages" / "lr-config",
+    "lr_checkpoint": ROOT / "packages" / "lr-checkpoint",
+    "lr_publish": ROOT / "packages" / "lr-publish",
+    "lr_engine": ROOT / "packages" / "lr-engine",
+    "lr_tui": ROOT / "apps" / "lr-tui",
+}
+ALLOWED = {
+    "lr_config": set(),
+    "lr_checkpoint": {"lr_config"},
+    "lr_publish": {"lr_config", "lr_checkpoint"},
+    "lr_engine": {"lr_config", "lr_checkpoint", "lr_publish"},
+    "lr_tui": {"lr_config", "lr_checkpoint"},
+}
+# import name -> distribution name, where they differ
+DISTRIBUTION = {"PIL": "pillow", "huggingface_hub": "huggingface-hub", "yaml": "pyyaml"}
+
+
+def imported_modules(package: str) -> dict[str, set[Path]]:
+    """Top-level module -> the source files importing it (absolute imports only)."""
+    found: dict[str, set[Path]] = {}
+    for path in (PACKAGES[package] / "src" / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(path)
+    return found
+
+
+def declared(package: str) -> set[str]:
+    project = tomllib.loads((PACKAGES[package] / "pyproject.toml").read_text())["project"]
+    names = set()
+    for dep in project.get("dependencies", []):
+        name = dep.split(";")[0]
+        for sep in "<>=!~[ ":
+            name = name.split(sep)[0]
+        names.add(name.strip().lower().replace("_", "-"))
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_imports_point_one_way(package: str) -> None:
+    ours = {m for m in imported_modules(package) if m in PACKAGES and m != package}
+    assert ours <= ALLOWED[package], f"{package} imports {sorted(ours - ALLOWED[package])} against ARCHITECTURE.md"
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_dependencies_are_exactly_what_is_imported(package: str) -> None:
+    third_party = {
+        m for m in imported_modules(package) if m not in sys.stdlib_module_names and m != package and not m.startswith("_")
+    }
+    needed = {DISTRIBUTION.get(m, m).lower().replace("_", "-") for m in third_party}
+    assert needed == declared(package), f"{package}: imports need {sorted(needed)}, pyproject declares {sorted(declared(package))}"
+
+
+def test_lr_config_needs_only_cattrs() -> None:
+    assert declared("lr_config") == {"cattrs"}
+
+
+def test_tui_and_config_never_import_torch_in_source() -> None:
+    for package in ("lr_config", "lr_tui"):
+        assert "torch" not in imported_modules(package), package
