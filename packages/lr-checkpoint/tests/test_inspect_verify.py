@@ -65,6 +65,21 @@ def test_truncated_and_missing_dcp_shards_are_reported(copy_step) -> None:  # ty
         lc.load_model_and_optimizer(root, make_model(0))
 
 
+def test_damaged_shard_bytes_are_a_clear_error(copy_step) -> None:  # type: ignore[no-untyped-def]
+    root = copy_step("fsdp_dcp")
+    shard = root / "training_state" / "optimizer_0" / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[200:2200] = bytes(2000)  # same size, garbage inside
+    shard.write_bytes(bytes(data))
+    problems = lc.verify_checkpoint(root)
+    assert problems and all("optimizer_0: tensor" in p and "unreadable" in p for p in problems)
+    from ckpt_toy import make_model, make_optimizer
+
+    model = make_model(0)
+    with pytest.raises(lc.CheckpointError, match="optimizer_0: the DCP shards could not be read .* run `lr-checkpoint verify"):
+        lc.load_model_and_optimizer(root, model, make_optimizer(model))
+
+
 def test_incomplete_checkpoint_lists_each_missing_file(copy_step) -> None:  # type: ignore[no-untyped-def]
     root = copy_step("fsdp_safetensors")
     (root / "training_state" / "training_step.json").unlink()

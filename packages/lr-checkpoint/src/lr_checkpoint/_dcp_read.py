@@ -14,28 +14,46 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from ._dcp_meta import DcpMetadata, DcpTensor
+from ._errors import CheckpointError
 
 __all__ = ["iter_dcp_tensors", "load_dcp_tensor", "load_in_place"]
 
 
-def load_in_place(state: dict[str, Any], folder: Path) -> None:
-    """DCP-load `folder` into the tensors of `state` (collective when a process group exists)."""
+def _unreadable(folder: Path, exc: BaseException) -> CheckpointError:
+    """The error every rank raises; `.problems[0]` is the bare reason (for verify's list)."""
+    causes = [pair[0] for pair in exc.failures.values()] if isinstance(exc, CheckpointException) else [exc]
+    why = "; ".join(f"{type(c).__name__}: {(str(c).splitlines() or [''])[0]}" for c in causes)[:300]
+    return CheckpointError(
+        f"{folder}: the DCP shards could not be read ({why}); "
+        f"run `lr-checkpoint verify {folder.parent.parent}` to list the damaged files",
+        problems=[why],
+    )
+
+
+def _load(state: dict[str, Any], folder: Path, no_dist: bool) -> None:
     with warnings.catch_warnings():
         # Without a process group DCP warns that it loads in one process: that is the intent.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp_load(state, storage_reader=FileSystemReader(folder))
+        try:
+            dcp_load(state, storage_reader=FileSystemReader(folder), no_dist=no_dist)
+        except (CheckpointException, Exception) as exc:  # DCP's error is a BaseException; every rank raises it
+            raise _unreadable(folder, exc) from exc
+
+
+def load_in_place(state: dict[str, Any], folder: Path) -> None:
+    """DCP-load `folder` into the tensors of `state` (collective when a process group exists)."""
+    _load(state, folder, no_dist=False)
 
 
 def load_dcp_tensor(folder: Path, key: str, entry: DcpTensor) -> torch.Tensor:
     """One whole tensor (all its chunks) from a DCP folder, in this process alone."""
     tensor = torch.empty(entry.shape, dtype=getattr(torch, entry.dtype))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp_load({key: tensor}, storage_reader=FileSystemReader(folder), no_dist=True)
+    _load({key: tensor}, folder, no_dist=True)
     return tensor
 
 

@@ -18,6 +18,7 @@ from safetensors import safe_open
 
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_dcp_tensor
+from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
 from ._json_files import read_json_object, read_optimizer_json
 from ._resume import read_training_step
@@ -64,8 +65,8 @@ def _read_dcp(folder: Path) -> list[str]:
     for key, entry in sorted(meta.tensors.items()):
         try:
             load_dcp_tensor(folder, key, entry)
-        except Exception as exc:  # torch.load / DCP raise many types for damaged shards
-            problems.append(f"{folder}: tensor {key!r} unreadable ({type(exc).__name__}: {str(exc)[:200]})")
+        except CheckpointError as exc:
+            problems.append(f"{folder}: tensor {key!r} unreadable ({exc.problems[0]})")
     return problems
 
 
