@@ -43,6 +43,10 @@ _WHAT_TO_PASS = (
 )
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
 @dataclass(frozen=True)
 class StepFiles:
     """Every path of one step folder (the files need not exist)."""
@@ -66,8 +70,14 @@ class StepFiles:
         return self.pretrained / "train_config.json"
 
     @property
+    def is_adapter(self) -> bool:
+        """A PEFT checkpoint: its weights are the trainable tensors only (adapters)."""
+        return (self.pretrained / ADAPTER_CONFIG).is_file()
+
+    @property
     def model(self) -> Path:
-        return self.pretrained / "model.safetensors"
+        """The gathered weights: `adapter_model.safetensors` for PEFT checkpoints."""
+        return self.pretrained / (ADAPTER_WEIGHTS if self.is_adapter else "model.safetensors")
 
     @property
     def model_dcp(self) -> Path:

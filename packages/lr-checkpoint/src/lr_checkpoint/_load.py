@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_in_place
@@ -85,16 +85,18 @@ def _check_groups(path: Path, saved: dict[str, Any], current: dict[str, Any]) ->
 
 def _missing_model(files: StepFiles) -> CheckpointError:
     return CheckpointError(
-        f"{files.pretrained}: has neither model.safetensors nor DCP shards (pytorch_model_fsdp_0/); the checkpoint is incomplete"
+        f"{files.pretrained}: has neither {files.model.name} nor DCP shards (pytorch_model_fsdp_0/); the checkpoint is incomplete"
     )
 
 
 def _load_model(files: StepFiles, model: nn.Module) -> None:
-    local = local_model_state(model)
+    """Weights onto the current layout; an adapter checkpoint fills the trainable tensors only."""
+    adapter = files.is_adapter
+    local = local_model_state(model, trainable_only=adapter)
     if files.has_model_dcp():
         run_on_main(lambda: _check_shapes(files.model_dcp, _shapes_of(local), "model"), f"checking {files.model_dcp}")
         load_in_place(local, files.model_dcp)
-        set_model_state_dict(model, dict(local))
+        set_model_state_dict(model, dict(local), options=StateDictOptions(strict=not adapter))
         return
     if not files.model.is_file():
         raise _missing_model(files)
@@ -105,7 +107,7 @@ def _load_model(files: StepFiles, model: nn.Module) -> None:
         full.update(load_file(files.model))
 
     run_on_main(read, f"reading {files.model}")
-    load_full_model_state(model, full)
+    load_full_model_state(model, full, strict=not adapter)
 
 
 def _load_optimizer_dcp(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from lr_config import save_json, save_training_step, to_dict
 
 from ._dist import broadcast_value, gather_values, pause_point, run_on_main
-from ._layout import LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
+from ._layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
 from ._request import SaveRequest
 from ._rng import capture_rng_state, encode_all_ranks
 from ._st_writer import write_tensor_dict
@@ -150,12 +150,14 @@ def _write_dcp(save: _Save, state: dict[str, Any], folder: Path) -> None:
     save.stagers.append(stager)
 
 
-def _save_model(save: _Save, model: nn.Module) -> None:
+def _save_model(save: _Save, model: nn.Module, adapter: bool) -> None:
+    """Model tensors; a PEFT run (`adapter`) saves only its trainable tensors, in every format."""
     if save.fmt in _DCP_FORMATS:
-        _write_dcp(save, dict(local_model_state(model)), save.files.model_dcp)
+        _write_dcp(save, dict(local_model_state(model, trainable_only=adapter)), save.files.model_dcp)
     if save.fmt != "dcp":
-        full = full_model_state(model)
-        run_on_main(lambda: write_tensor_dict(save.files.model, full, {"format": "pt"}), f"writing {save.files.model}")
+        full = full_model_state(model, trainable_only=adapter)
+        path = save.files.pretrained / (ADAPTER_WEIGHTS if adapter else "model.safetensors")
+        run_on_main(lambda: write_tensor_dict(path, full, {"format": "pt"}), f"writing {path}")
         del full
 
 
@@ -237,7 +239,7 @@ def save_checkpoint(checkpoints_dir: Path, step: int, request: SaveRequest) -> P
     rng = gather_values(capture_rng_state())
     save = _begin(Path(checkpoints_dir), step, request)
     pause_point("before_shards", save.checkpoints_dir)
-    _save_model(save, request.model)
+    _save_model(save, request.model, adapter=request.train_config.peft.method_type is not None)
     pause_point("between_shards", save.checkpoints_dir)
     _save_optimizer(save, request.model, request.optimizer)
     run_on_main(_write_single_files(save, request, rng), f"writing the files of {save.tmp}")

@@ -60,14 +60,20 @@ def _tensors_only(state: dict[str, Any], what: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def local_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """This rank's view of the model state (DTensor shards for sharded models), FQN keyed."""
-    return _tensors_only(get_model_state_dict(model), "model state")
+def local_model_state(model: nn.Module, trainable_only: bool = False) -> dict[str, torch.Tensor]:
+    """This rank's view of the model state (DTensor shards for sharded models), FQN keyed.
+
+    `trainable_only` keeps parameters with requires_grad (PEFT adapters and
+    full_training_modules): what an adapter checkpoint holds.
+    """
+    options = StateDictOptions(ignore_frozen_params=trainable_only)
+    return _tensors_only(get_model_state_dict(model, options=options), "model state")
 
 
-def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+def full_model_state(model: nn.Module, trainable_only: bool = False) -> dict[str, torch.Tensor]:
     """Collective: the full CPU model state on the main rank, {} elsewhere."""
-    state = get_model_state_dict(model, options=_GATHER)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
+    state = get_model_state_dict(model, options=options)
     return _tensors_only(state, "model state") if is_main() else {}
 
 
@@ -129,12 +135,16 @@ def join_optimizer_state(tensors: dict[str, torch.Tensor], extra: dict[str, Any]
     return {"state": state, "param_groups": _groups_like(extra["param_groups"], template_groups)}
 
 
-def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Collective: load a full state (read on the main rank only) into any layout."""
+def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor], strict: bool = True) -> None:
+    """Collective: load a full state (read on the main rank only) into any layout.
+
+    `strict=False` for adapter checkpoints, which hold only the trainable tensors.
+    """
     if is_distributed():
-        set_model_state_dict(model, dict(state) if is_main() else {}, options=_BROADCAST)
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=strict)
+        set_model_state_dict(model, dict(state) if is_main() else {}, options=options)
     else:
-        set_model_state_dict(model, dict(state))
+        set_model_state_dict(model, dict(state), options=StateDictOptions(strict=strict))
 
 
 def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, osd: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """`lr-checkpoint`: convert, inspect and verify checkpoints (one process, no GPU).
 
     lr-checkpoint convert --checkpoint_dir=DIR [--dtype=fp32|bf16|fp16] [--overwrite=true] [--delete_dcp=true]
+                          [--push_to_hub=user/name [--private=true]]
     lr-checkpoint inspect DIR [--json]
     lr-checkpoint verify DIR
 
@@ -11,14 +12,16 @@ no traceback, nothing written. torch is imported only by the commands that read 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lr_config import ConfigError, did_you_mean, split_flags
+from lr_config import ConfigError, check_repo_id, did_you_mean, split_flags
 
 from ._convert_check import check_convert_request
 from ._inspect import inspect_checkpoint
@@ -52,16 +55,38 @@ def _dir(flags: dict[str, str]) -> Path:
     return Path(flags["checkpoint_dir"])
 
 
+def _publish_argv(step_dir: Path, flags: dict[str, str]) -> list[str] | None:
+    """The lr-publish command for --push_to_hub, checked before any conversion work.
+
+    lr-checkpoint does not import lr-publish (imports point the other way): the push runs
+    the lr-publish CLI, which must be installed beside it.
+    """
+    repo_id = flags.get("push_to_hub")
+    if repo_id is None:
+        if "private" in flags:
+            raise ConfigError("--private: only meaningful with --push_to_hub=user/name")
+        return None
+    check_repo_id(repo_id, flag="--push_to_hub")
+    if importlib.util.find_spec("lr_publish") is None:
+        raise ConfigError("--push_to_hub: needs the lr-publish package (pip install lr-publish), which publishes the converted checkpoint")
+    argv = [sys.executable, "-m", "lr_publish.cli", f"--checkpoint_dir={step_dir}", f"--repo_id={repo_id}"]
+    if _bool(flags, "private"):
+        argv.append("--private=true")
+    return argv
+
+
 def _run_convert(flags: dict[str, str]) -> int:
     step_dir = resolve_step_dir(_dir(flags))
     dtype, overwrite, delete_dcp = flags.get("dtype", "fp32"), _bool(flags, "overwrite"), _bool(flags, "delete_dcp")
     check_convert_request(StepFiles(step_dir), dtype, overwrite, delete_dcp)
+    publish = _publish_argv(step_dir, flags)
     from ._convert import convert_checkpoint  # imports torch: only once the request is sound
 
     path = convert_checkpoint(step_dir, dtype=dtype, overwrite=overwrite, delete_dcp=delete_dcp)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
-    # --push_to_hub (lr-publish) belongs here: publish `path.parent` once it is written.
-    return 0
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", flush=True)
+    if publish is None:
+        return 0
+    return subprocess.run(publish).returncode
 
 
 def _format_inspect(report: dict[str, Any]) -> str:
@@ -106,6 +131,8 @@ COMMANDS: dict[str, Command] = {
             "dtype": "fp32 (default), bf16 or fp16 for floating tensors.",
             "overwrite": "true to replace an existing model.safetensors.",
             "delete_dcp": "true to delete the DCP model shards once the new file is verified.",
+            "push_to_hub": "user/name: publish the converted checkpoint with lr-publish afterwards.",
+            "private": "true to create the Hub repo as private (with --push_to_hub).",
         },
         _run_convert,
     ),
