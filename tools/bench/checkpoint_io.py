@@ -1,0 +1,199 @@
+"""Checkpoint I/O: save and load MB/s per format against raw sequential I/O on the same disk.
+
+    uv run python tools/bench/checkpoint_io.py [--repeats=3] [--smoke]
+
+A plain 201 MB model (12 x Linear(2048, 2048)) with its AdamW state, saved with
+`lr_checkpoint.save_checkpoint` and loaded with `load_model_and_optimizer`:
+`safetensors` from one process (plain model), and `safetensors` (gathered), `dcp` and
+`safetensors_dcp` from a 2-process FSDP2 run. Each checkpoint is paired, in the same
+repeat and the same process, with a raw sequential write (fsynced) and read of exactly
+its bytes (the same content) in the same folder. The order of the formats rotates between repeats.
+Page cache: every save and every raw write ends with fsync; before every load and every
+raw read the files' pages are evicted with posix_fadvise(POSIX_FADV_DONTNEED) (no root
+needed), so reads come from the disk's side of the page cache.
+Target: >= 0.8 of raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C  # noqa: E402
+
+TARGET = 0.8
+SCRIPT = Path(__file__).resolve()
+CHUNK = 64 << 20
+
+
+# ---------------------------------------------------------------- raw I/O (main rank)
+
+
+def tree_content(root: Path) -> bytes:
+    """Every file of `root`, concatenated: what the raw write writes, so that both write
+    the same data (this virtual disk writes zero blocks several times faster than random
+    ones, so the content, not only the size, must match)."""
+    return b"".join((Path(d) / n).read_bytes() for d, _, names in sorted(os.walk(root)) for n in sorted(names))
+
+
+def raw_write(path: Path, data: bytes) -> float:
+    view = memoryview(data)
+    t0 = C.now()
+    with open(path, "wb", buffering=0) as f:
+        for start in range(0, len(view), CHUNK):
+            f.write(view[start : start + CHUNK])
+        os.fsync(f.fileno())
+    return C.now() - t0
+
+
+def raw_read(path: Path, buffer: bytearray) -> float:
+    C.drop_file_cache(path)
+    view = memoryview(buffer)
+    t0 = C.now()
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(view):
+            pass
+    return C.now() - t0
+
+
+# ---------------------------------------------------------------- worker (every rank)
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _timed(fn: Any) -> float:
+    _barrier()
+    t0 = C.now()
+    fn()
+    _barrier()
+    return C.now() - t0
+
+
+def one_format(fmt: str, model: Any, optimizer: Any, root: Path, main: bool, buffer: bytearray) -> dict[str, Any]:
+    from lr_checkpoint import load_model_and_optimizer, save_checkpoint
+    from _stack import save_request
+
+    ckpts = root / f"ckpt-{fmt}"
+    step_dir: list[Path] = []
+    save_s = _timed(lambda: step_dir.append(save_checkpoint(ckpts, 1, save_request(model, optimizer, 1, fmt))))
+    nbytes = C.tree_bytes(step_dir[0]) if main else 0
+    if main:
+        C.drop_file_cache(step_dir[0])
+    load_s = _timed(lambda: load_model_and_optimizer(step_dir[0], model, optimizer))
+    row: dict[str, Any] = {"format": fmt, "bytes": nbytes, "save_s": save_s, "load_s": load_s}
+    if main:
+        raw = root / "raw.bin"
+        content = tree_content(step_dir[0])
+        row["raw_write_s"] = raw_write(raw, content)
+        del content
+        row["raw_read_s"] = raw_read(raw, buffer)
+        raw.unlink()
+        shutil.rmtree(ckpts)
+    _barrier()
+    return row
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+    import _stack
+
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    main = not distributed or dist.get_rank() == 0
+    size = _stack.SMOKE if args.smoke else _stack.FULL
+    model, optimizer = _stack.build(size, distributed)
+    formats = args.formats.split(",")
+    root = Path(args.tmp)
+    root.mkdir(parents=True, exist_ok=True)
+    buffer = bytearray(CHUNK) if main else bytearray()
+    rows = []
+    for repeat in range(args.repeats):
+        shift = repeat % len(formats)
+        for fmt in formats[shift:] + formats[:shift]:
+            rows.append({"repeat": repeat, "world": dist.get_world_size() if distributed else 1, **one_format(fmt, model, optimizer, root, main, buffer)})
+    if main:
+        C.write_result(Path(args.result), {"model_bytes": _stack.model_bytes(model), "size": size, "rows": rows})
+    C.finish_worker(0)
+
+
+# ---------------------------------------------------------------- parent
+
+
+def _section(rows: list[dict[str, Any]], model_mb: float, size: dict[str, int], repeats: int) -> str:
+    out = []
+    for world, fmt, label in ((1, "safetensors", "safetensors, 1 process (plain model)"),
+                              (2, "safetensors", "safetensors, FSDP2-2 (gathered on rank 0)"),
+                              (2, "dcp", "dcp, FSDP2-2"),
+                              (2, "safetensors_dcp", "safetensors_dcp, FSDP2-2")):
+        mine = [r for r in rows if r["world"] == world and r["format"] == fmt]
+        if not mine:
+            continue
+        mb = mine[0]["bytes"] / 1e6
+        save = [r["bytes"] / 1e6 / r["save_s"] for r in mine]
+        load = [r["bytes"] / 1e6 / r["load_s"] for r in mine]
+        raw_w = [r["bytes"] / 1e6 / r["raw_write_s"] for r in mine]
+        raw_r = [r["bytes"] / 1e6 / r["raw_read_s"] for r in mine]
+        save_ratio = [r["raw_write_s"] / r["save_s"] for r in mine]
+        load_ratio = [r["raw_read_s"] / r["load_s"] for r in mine]
+        out.append([label, f"{mb:.0f}", C.spread(save, "{:.0f}"), C.spread(raw_w, "{:.0f}"), C.spread(save_ratio, "{:.2f}"),
+                    C.verdict(C.median(save_ratio) >= TARGET), C.spread(load, "{:.0f}"), C.spread(raw_r, "{:.0f}"),
+                    C.spread(load_ratio, "{:.2f}"), C.verdict(C.median(load_ratio) >= TARGET)])
+    body = [
+        f"Model: {model_mb:.1f} MB of fp32 weights ({size['blocks']} x Linear({size['dim']}, {size['dim']})) plus AdamW state; MB = 10^6 bytes, counted "
+        f"as every file the checkpoint folder holds. {repeats} interleaved repeats; target >= {TARGET} of raw.",
+        "",
+        C.table(["format", "MB", "save MB/s", "raw write MB/s", "save / raw", "", "load MB/s", "raw read MB/s", "load / raw", ""], out),
+        "",
+        "Save time: `save_checkpoint` on every rank, between barriers (gathers, DCP planning, writes, fsync of the tree, "
+        "rename, `last` link). Load time: `load_model_and_optimizer` into the live FSDP2 or plain model and optimizer. Raw: "
+        "one process writes the checkpoint's own bytes (all its files concatenated, read into memory beforehand: this "
+        "virtual disk writes zero blocks several times faster than random ones, so the content has to match, not only "
+        "the size) sequentially into one file in the same folder (64 MiB writes, then fsync), and reads them back (64 MiB "
+        "`readinto` calls). Caching: fsync on every write; before each load or raw read "
+        "the files' pages are dropped with `posix_fadvise(POSIX_FADV_DONTNEED)` (root is not needed; on this virtual disk "
+        "a host-side cache may still serve reads, for the checkpoint and the raw file alike).",
+    ]
+    return "\n".join(body)
+
+
+def main() -> None:
+    def extra(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+        p.add_argument("--result", default="", help=argparse.SUPPRESS)
+        p.add_argument("--tmp", default="", help=argparse.SUPPRESS)
+        p.add_argument("--formats", default="safetensors", help=argparse.SUPPRESS)
+        p.add_argument("--dir", type=Path, default=None, help="folder on the disk to measure (default: the system temp folder)")
+
+    args = C.parse_args(__doc__.splitlines()[0], extra)
+    args.repeats = args.repeats or (1 if args.smoke else 3)
+    if args.worker:
+        worker(args)
+        return
+    ctx = C.Context.now()
+    base = args.dir or Path(tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
+    common = [f"--repeats={args.repeats}"] + (["--smoke"] if args.smoke else [])
+    with tempfile.TemporaryDirectory(prefix=".lr-bench-io-", dir=base) as tmp:
+        one = C.run_worker(1, SCRIPT, [*common, f"--tmp={tmp}/1", "--formats=safetensors"], Path(tmp) / "r1.json", timeout=1800)
+        two = C.run_worker(2, SCRIPT, [*common, f"--tmp={tmp}/2", "--formats=safetensors,dcp,safetensors_dcp"], Path(tmp) / "r2.json", timeout=1800)
+    body = _section(one["rows"] + two["rows"], one["model_bytes"] / 1e6, one["size"], args.repeats)
+    flags = [] if args.smoke else [f"--repeats={args.repeats}"]
+    C.write_section(args.out, "checkpoint_io", "3. Checkpoint I/O: lr_checkpoint save/load vs raw sequential I/O",
+                    C.command_line("checkpoint_io.py", args, flags), ctx, body, args.smoke)
+
+
+if __name__ == "__main__":
+    main()
