@@ -1,0 +1,191 @@
+"""Converter: `lr-checkpoint convert` against `accelerate.utils.merge_fsdp_weights`.
+
+    uv run python tools/bench/converter.py [--repeats=3] [--smoke]
+
+Both merge the same DCP model shards (written by a 2-process FSDP2 `save_checkpoint` of
+the 201 MB model of checkpoint_io.py, format `dcp`) into one `model.safetensors`, each in
+a fresh subprocess that imports the tool, then times its call: `lr_checkpoint.cli.main(
+["convert", ...])` (the entry point of the `lr-checkpoint` console script) and
+`merge_fsdp_weights(<pytorch_model_fsdp_0>, <out>, safe_serialization=True)`. Reported:
+the process's wall time (start to exit), the call's time, and the process's peak RSS
+(its own `ru_maxrss`, from `os.wait4`). Import baselines run the same way: each tool's
+imports alone, and `import torch, torch.distributed.checkpoint` (FACTS.md's ~610 MB).
+The DCP files' pages are dropped from the page cache before every conversion. Tools and
+baselines alternate (order reversed on odd repeats). Targets: lr >= 2x faster; lr's
+peak RSS above its import baseline <= 1.3 x the model size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C  # noqa: E402
+
+SPEED_TARGET = 2.0
+RSS_TARGET = 1.3
+SCRIPT = Path(__file__).resolve()
+
+BASELINES = {
+    "torch + DCP import": "import torch, torch.distributed.checkpoint",
+    "lr-checkpoint imports": "import lr_checkpoint.cli, lr_checkpoint._convert",
+    "accelerate imports": "from accelerate.utils import merge_fsdp_weights; import torch.distributed.checkpoint.format_utils",
+}
+
+
+# ---------------------------------------------------------------- worker: write the DCP checkpoint
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+    import _stack
+    from lr_checkpoint import save_checkpoint
+
+    dist.init_process_group("gloo")
+    model, optimizer = _stack.build(_stack.SMOKE if args.smoke else _stack.FULL, distributed=True)
+    step_dir = save_checkpoint(Path(args.tmp), 1, _stack.save_request(model, optimizer, 1, "dcp"))
+    if dist.get_rank() == 0:
+        C.write_result(Path(args.result), {"step_dir": str(step_dir), "model_bytes": _stack.model_bytes(model)})
+    C.finish_worker(0)
+
+
+# ---------------------------------------------------------------- parent
+
+
+def measure(cmd: list[str]) -> dict[str, float]:
+    """Wall seconds and peak RSS (MB) of one subprocess (its own rusage), and the `WORK`
+    seconds it prints (the call alone, after its imports), if any."""
+    t0 = C.now()
+    proc = subprocess.Popen(cmd, env=C.bench_env(), cwd=C.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    output = proc.stdout.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = C.now() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed ({proc.returncode}):\n{output[-4000:]}")
+    work = [float(line.split()[1]) for line in output.splitlines() if line.startswith("WORK ")]
+    return {"wall_s": wall, "rss_mb": usage.ru_maxrss * 1024 / 1e6, **({"work_s": work[0]} if work else {})}
+
+
+# Each tool runs in a fresh process that imports what it needs, then times its call.
+LR_CODE = """\
+import sys, time
+import lr_checkpoint.cli, lr_checkpoint._convert
+t = time.perf_counter()
+code = lr_checkpoint.cli.main(["convert", {step_dir!r}])
+print("WORK", time.perf_counter() - t)
+sys.exit(code)
+"""
+ACCELERATE_CODE = """\
+import time
+from accelerate.utils import merge_fsdp_weights
+import torch.distributed.checkpoint.format_utils
+t = time.perf_counter()
+merge_fsdp_weights({dcp_dir!r}, {out!r}, safe_serialization=True)
+print("WORK", time.perf_counter() - t)
+"""
+
+
+def same_tensors(a: Path, b: Path) -> bool:
+    from safetensors.numpy import load_file
+
+    x, y = load_file(str(a)), load_file(str(b))
+    return sorted(x) == sorted(y) and all(x[k].dtype == y[k].dtype and (x[k] == y[k]).all() for k in x)
+
+
+def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    made = C.run_worker(2, SCRIPT, [f"--tmp={tmp}/ckpts", *(["--smoke"] if args.smoke else [])], tmp / "r.json", timeout=900)
+    step_dir = Path(made["step_dir"])
+    dcp_dir = step_dir / "pretrained_model" / "pytorch_model_fsdp_0"
+    lr_out = step_dir / "pretrained_model" / "model.safetensors"
+    acc_out = tmp / "merged"
+    codes = {
+        "lr-checkpoint convert": LR_CODE.format(step_dir=f"--checkpoint_dir={step_dir}"),
+        "accelerate merge_fsdp_weights": ACCELERATE_CODE.format(dcp_dir=str(dcp_dir), out=str(acc_out)),
+        **BASELINES,
+    }
+    outputs = {"lr-checkpoint convert": lr_out, "accelerate merge_fsdp_weights": acc_out}
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in codes}
+    for repeat in range(args.repeats):
+        for name in list(codes) if repeat % 2 == 0 else list(reversed(codes)):
+            if name in outputs:
+                shutil.rmtree(outputs[name]) if outputs[name].is_dir() else outputs[name].unlink(missing_ok=True)
+            C.drop_file_cache(dcp_dir)
+            samples[name].append(measure([sys.executable, "-c", codes[name]]))
+    equal = same_tensors(lr_out, acc_out / "model.safetensors")
+    return {"model_bytes": made["model_bytes"], "samples": samples, "equal": equal}
+
+
+def _section(res: dict[str, Any], repeats: int) -> str:
+    s = res["samples"]
+    model_mb = res["model_bytes"] / 1e6
+    med = {name: {k: C.median(x[k] for x in runs) for k in runs[0]} for name, runs in s.items()}
+    lr, acc = "lr-checkpoint convert", "accelerate merge_fsdp_weights"
+    own_base = {lr: "lr-checkpoint imports", acc: "accelerate imports"}
+    torch_base = "torch + DCP import"
+    rows = []
+    for name in (lr, acc):
+        above = med[name]["rss_mb"] - med[own_base[name]]["rss_mb"]
+        rows.append([f"`{name}`", C.spread([x["wall_s"] for x in s[name]], "{:.2f}"), C.spread([x["work_s"] for x in s[name]], "{:.2f}"),
+                     C.spread([x["rss_mb"] for x in s[name]], "{:.0f}"), f"{above:.0f} ({above / model_mb:.2f} x model)",
+                     f"{med[name]['rss_mb'] - med[torch_base]['rss_mb']:.0f}"])
+    for name, code in BASELINES.items():
+        rows.append([f"baseline: `{code}`", C.spread([x["wall_s"] for x in s[name]], "{:.2f}"), "-",
+                     C.spread([x["rss_mb"] for x in s[name]], "{:.0f}"), "-", "-"])
+    speed_total = [a["wall_s"] / b["wall_s"] for a, b in zip(s[acc], s[lr])]
+    speed_work = [a["work_s"] / b["work_s"] for a, b in zip(s[acc], s[lr])]
+    rss_above = (med[lr]["rss_mb"] - med[own_base[lr]]["rss_mb"]) / model_mb
+    body = [
+        f"DCP model shards of a {model_mb:.1f} MB fp32 model (written by 2 FSDP2 ranks), {repeats} interleaved repeats. "
+        "Each tool runs in a fresh `python -c` process that imports it, then times its call: `lr_checkpoint.cli.main"
+        "([\"convert\", ...])` (the `lr-checkpoint` console script's entry point) or `merge_fsdp_weights(...)`. Process = "
+        "start to exit (imports included); call = the conversion alone. RSS = the process's own peak (`ru_maxrss` from "
+        "`os.wait4`), MB = 10^6 bytes; \"above own imports\" subtracts the median peak of a process that only imports the "
+        "same modules.",
+        "",
+        C.table(["process", "process s", "call s", "peak RSS MB", "RSS above own imports MB", "RSS above torch+DCP import MB"], rows),
+        "",
+        C.table(["target", "measured (accelerate / lr, per repeat)", ""], [
+            [f"lr >= {SPEED_TARGET}x faster: the conversion call", f"{C.spread(speed_work, '{:.2f}')}x",
+             C.verdict(C.median(speed_work) >= SPEED_TARGET)],
+            [f"lr >= {SPEED_TARGET}x faster: the whole process (imports included)", f"{C.spread(speed_total, '{:.2f}')}x",
+             C.verdict(C.median(speed_total) >= SPEED_TARGET)],
+            [f"lr peak RSS above its import baseline <= {RSS_TARGET} x model", f"{rss_above:.2f} x model",
+             C.verdict(rss_above <= RSS_TARGET)],
+        ]),
+        "",
+        f"Both outputs hold the same tensors, bit for bit: {res['equal']}.",
+    ]
+    return "\n".join(body)
+
+
+def main() -> None:
+    def extra(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+        p.add_argument("--result", default="", help=argparse.SUPPRESS)
+        p.add_argument("--tmp", default="", help=argparse.SUPPRESS)
+
+    args = C.parse_args(__doc__.splitlines()[0], extra)
+    args.repeats = args.repeats or (1 if args.smoke else 3)
+    if args.worker:
+        worker(args)
+        return
+    ctx = C.Context.now()
+    with tempfile.TemporaryDirectory(prefix="lr-bench-convert-") as tmp:
+        res = run(args, Path(tmp))
+    flags = [] if args.smoke else [f"--repeats={args.repeats}"]
+    C.write_section(args.out, "converter", "5. Converter: `lr-checkpoint convert` vs accelerate `merge_fsdp_weights`",
+                    C.command_line("converter.py", args, flags), ctx, _section(res, args.repeats), args.smoke)
+
+
+if __name__ == "__main__":
+    main()
