@@ -1,0 +1,121 @@
+"""LoRA through the real engine: single process, FSDP2 and HSDP; adapter-only checkpoints
+in every format; resume; conversion; the low-precision-base error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from _support.procs import run_cli, run_torchrun
+
+pytestmark = pytest.mark.multiprocess
+
+WORKER = Path(__file__).parent / "workers" / "peft_worker.py"
+MODEL = ["--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--policy.chunk_size=5", "--policy.n_action_steps=5"]
+LORA = [
+    "--peft.method_type=LORA", "--peft.r=4", "--peft.full_training_modules=[\"action_head\"]",
+    "--scheduler.type=constant", "--scheduler.warmup_steps=0", "--log_freq=1", "--optimizer.lr=0.01",
+]
+
+
+def losses(run: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def ok(proc) -> None:
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> Path:
+    """A small deterministic ACT to adapt (no CVAE, no dropout, so layouts compare exactly)."""
+    out = tmp_path_factory.mktemp("peft") / "base"
+    ok(run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *MODEL,
+                "--policy.use_vae=false", "--policy.dropout=0", "--steps=4", "--batch_size=8", "--save_checkpoint=false"]))
+    return out / "pretrained_model"
+
+
+@pytest.fixture(scope="module")
+def lora_runs(base: Path, tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("lora")
+    common = [f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA, "--steps=6"]
+    single = tmp / "single"
+    ok(run_cli(["lr_engine.cli", "train", f"--output_dir={single}", *common, "--batch_size=8", "--save_checkpoint=false"]))
+    fsdp = tmp / "fsdp"
+    result = tmp / "fsdp.json"
+    ok(run_torchrun(2, [str(WORKER), str(result), f"--output_dir={fsdp}", *common, "--batch_size=4",
+                        "--parallelism.dp_shard=2", "--checkpoint_format=dcp", "--save_freq=3"], module=None))
+    return {"single": single, "fsdp": fsdp, "fsdp_result": result}
+
+
+def test_lora_fsdp2_matches_single_process(lora_runs: dict[str, Path]) -> None:
+    assert losses(lora_runs["fsdp"]) == pytest.approx(losses(lora_runs["single"]), rel=1e-5)
+    assert losses(lora_runs["single"])[-1] < losses(lora_runs["single"])[0]
+
+
+def test_only_adapters_and_full_training_modules_change(lora_runs: dict[str, Path]) -> None:
+    result = json.loads(lora_runs["fsdp_result"].read_text())
+    assert result["base_checked"] == result["base_total"] and not result["unmatched"]
+    assert result["base_changed"] == []
+    assert any("lora_A" in n for n in result["trainable"]) and any("modules_to_save" in n for n in result["trainable"])
+    assert all("lora_" in n or "modules_to_save" in n for n in result["trainable"])
+    assert result["unchanged_trainable"] == []
+
+
+def test_saved_adapter_reloaded_on_the_base_reproduces_the_model(lora_runs: dict[str, Path]) -> None:
+    result = json.loads(lora_runs["fsdp_result"].read_text())
+    assert result["outputs_equal"] is True and result["unexpected"] == []
+    final = lora_runs["fsdp"] / "pretrained_model"
+    assert (final / "adapter_model.safetensors").exists() and not (final / "model.safetensors").exists()
+    config = json.loads((final / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"].endswith("pretrained_model") and config["r"] == 4
+
+
+def test_checkpoints_hold_only_adapters_and_convert_merges_them(lora_runs: dict[str, Path]) -> None:
+    step = lora_runs["fsdp"] / "checkpoints" / "000006"
+    assert (step / "pretrained_model" / "pytorch_model_fsdp_0" / ".metadata").exists()
+    assert not (step / "pretrained_model" / "model.safetensors").exists()
+    proc = run_cli(["lr_checkpoint.cli", "convert", f"--checkpoint_dir={step}"])
+    ok(proc)
+    converted = load_file(str(step / "pretrained_model" / "adapter_model.safetensors"))
+    gathered = load_file(str(lora_runs["fsdp"] / "pretrained_model" / "adapter_model.safetensors"))
+    assert converted.keys() == gathered.keys()
+    assert all(torch.equal(converted[k], gathered[k]) for k in gathered)
+    assert all("lora_" in k or "modules_to_save" in k for k in converted)
+
+
+def test_lora_resume_is_exact_on_the_same_topology_and_reshards_to_one(lora_runs: dict[str, Path], tmp_path: Path) -> None:
+    config = lora_runs["fsdp"] / "checkpoints" / "000003" / "pretrained_model" / "train_config.json"
+    same = tmp_path / "same"
+    ok(run_torchrun(2, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={same}"]))
+    assert losses(same) == losses(lora_runs["fsdp"])[3:]
+    a = load_file(str(same / "pretrained_model" / "adapter_model.safetensors"))
+    b = load_file(str(lora_runs["fsdp"] / "pretrained_model" / "adapter_model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in b)
+    one = tmp_path / "one"
+    ok(run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={config}", f"--output_dir={one}", "--batch_size=8",
+                "--parallelism.dp_replicate=1", "--parallelism.dp_shard=1", "--checkpoint_format=safetensors"]))
+    assert losses(one) == pytest.approx(losses(lora_runs["fsdp"])[3:], rel=1e-5)
+
+
+def test_hsdp_lora_trains(base: Path, tmp_path: Path, demo_dataset: Path) -> None:
+    out = tmp_path / "hsdp"
+    ok(run_torchrun(4, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
+                        "--steps=6", "--batch_size=2", "--parallelism.dp_replicate=2", "--parallelism.dp_shard=2", "--save_checkpoint=false"]))
+    values = losses(out)
+    assert len(values) == 6 and all(v == v for v in values) and values[-1] < values[0]
+
+
+def test_bf16_base_without_mixed_precision_is_a_start_up_error(base: Path, tmp_path: Path, demo_dataset: Path) -> None:
+    low = tmp_path / "bf16_base"
+    low.mkdir()
+    (low / "config.json").write_text((base / "config.json").read_text())
+    save_file({k: v.to(torch.bfloat16) for k, v in load_file(str(base / "model.safetensors")).items()}, str(low / "model.safetensors"))
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={tmp_path / 'x'}", f"--policy.path={low}", f"--dataset.root={demo_dataset}", *LORA, "--steps=2"])
+    assert proc.returncode == 2
+    assert "--accelerator.mixed_precision" in proc.stderr and "bfloat16" in proc.stderr
+    assert "Traceback" not in proc.stderr
