@@ -8,4 +8,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
-pytest_plugins = ["_support.procs", "_support.hub", "_support.data"]
+pytest_plugins = ["_support.procs", "_support.hub", "_support.data", "_support.runs"]
