@@ -1,0 +1,45 @@
+"""End to end: a 2-process FSDP2 `lr-engine train --policy.push_to_hub=true` lands the model on
+the loopback Hub exactly once, from the main rank, byte-identical to the local publish folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard
+
+from _support.procs import run_torchrun
+
+pytestmark = pytest.mark.multiprocess
+
+TOKEN = "hf_e2eTestToken0123456789abcdef"
+
+
+def test_fsdp2_run_publishes_once_from_the_main_rank(hub_server, tmp_path: Path, demo_dataset: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_torchrun(
+        2,
+        ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", "--policy.dim_model=32", "--policy.dim_feedforward=64",
+         "--policy.n_heads=2", "--steps=4", "--batch_size=4", "--parallelism.dp_shard=2", "--save_freq=4",
+         "--policy.push_to_hub=true", "--policy.repo_id=lr-tests/act-e2e", f"--hub.endpoint={hub_server.endpoint}"],
+        env={"HF_TOKEN": TOKEN, "HF_HUB_DISABLE_XET": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("Model pushed to") == 1
+    commits = [p for p in hub_server.paths_requested("POST") if "/commit/" in p]
+    assert len(commits) == 1
+    uploaded = hub_server.files("lr-tests/act-e2e")
+    folders = list((out / "publish").iterdir())
+    assert len(folders) == 1
+    local = {str(p.relative_to(folders[0])): p.read_bytes() for p in folders[0].rglob("*") if p.is_file()}
+    assert uploaded == local
+    assert {"model.safetensors", "config.json", "train_config.json", "README.md", "policy_preprocessor.json"} <= set(uploaded)
+    assert not any("fsdp" in name or "training_state" in name or "optimizer" in name for name in uploaded)
+    card = ModelCard(uploaded["README.md"].decode())
+    assert card.data.pipeline_tag == "robotics" and "act" in card.data.tags
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+    assert TOKEN not in proc.stdout + proc.stderr
+    assert json.loads((out / "run.json").read_text())["status"] == "finished"

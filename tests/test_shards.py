@@ -1,0 +1,40 @@
+"""FSDP2 shards each parameter 1/N per rank (dim 0), and ignored modules stay whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from _support.procs import run_torchrun
+
+pytestmark = pytest.mark.multiprocess
+
+WORKER = Path(__file__).parent / "workers" / "shard_worker.py"
+
+
+def test_local_shards_are_one_nth_and_ignored_modules_are_whole(tmp_path: Path, demo_dataset: Path) -> None:
+    n = 2
+    proc = run_torchrun(
+        n,
+        [str(WORKER), str(tmp_path), f"--output_dir={tmp_path / 'run'}", f"--dataset.root={demo_dataset}",
+         "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--parallelism.dp_shard=2",
+         "--accelerator.fsdp.ignored_modules=.*vae_encoder"],
+        module=None,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
+    assert ranks[0].keys() == ranks[1].keys()
+    ignored = [k for k in ranks[0] if k.startswith("vae_encoder.")]
+    assert ignored
+    for name in ranks[0]:
+        sizes = [r[name]["local"] for r in ranks]
+        total = ranks[0][name]["global"]
+        if name in ignored:
+            assert not ranks[0][name]["dtensor"] and sizes == [total, total], name
+            continue
+        assert ranks[0][name]["dtensor"], name
+        assert sum(sizes) == total, name
+        if ranks[0][name]["rows"] % n == 0:
+            assert sizes == [total // n] * n, name
