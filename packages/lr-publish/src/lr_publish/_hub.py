@@ -95,9 +95,10 @@ def _resolve_token(token: str | None) -> str:
 
 
 def check_publish_settings(repo_id: str, *, token: str | None = None, flag: str = "--repo_id") -> None:
-    """Fail before any work or network call: a valid `user/name` and a token to push with."""
+    """Fail before any work or network call: a valid `user/name`, a token to push with, sound retry settings."""
     check_repo_id(repo_id, flag=flag)
     _resolve_token(token)
+    RetryPolicy.from_env()
 
 
 def retry_command(folder: Path, target: HubTarget) -> str:
