@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
+import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -207,7 +209,38 @@ def load_json(path: Path, cls: type[T], *, current_version: int) -> T:
             f"{path}: schema version {version!r} is not supported (this lr reads version {current_version}); "
             "upgrade lr or re-create the file"
         )
+    missing = missing_fields(cls, data)
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise ConfigError(
+            f"{path}: incomplete file, missing {shown}; lr writes every field, so this file was cut short "
+            "or edited: restore it, or re-create it"
+        )
     return from_dict(cls, data, source=str(path))
+
+
+def _dataclass_of(tp: Any, value: Any) -> type | None:
+    """The dataclass a field holds (the tagged policy class for the union), else None."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (typing.Union, types.UnionType) else [tp]
+    classes: list[type] = [a for a in args if isinstance(a, type) and dataclasses.is_dataclass(a)]
+    if len(classes) > 1 and isinstance(value, dict):
+        return next((c for c in classes if getattr(c, "type_name", None) == value.get("type")), None)
+    return classes[0] if len(classes) == 1 else None
+
+
+def missing_fields(cls: type, data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Flag paths of the fields a saved file lacks (files hold every field, defaults included)."""
+    missing: list[str] = []
+    field_types = hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        if f.name not in data:
+            missing.append(f"--{path}")
+            continue
+        inner = _dataclass_of(field_types[f.name], data[f.name])
+        if inner is not None and isinstance(data[f.name], dict):
+            missing += missing_fields(inner, data[f.name], path + ".")
+    return missing
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
