@@ -53,7 +53,8 @@ def worker(args: argparse.Namespace) -> None:
                     res: Any = (_act.run_engine(flags, "single", Path(args.tmp) / f"{kind}-{batch}-{repeat}") if kind == "engine"
                                 else _act.run_bare(flags, "single"))
                     rate, _ = _act.steady_rate(res.windows)
-                    row.update(samples_per_s=rate * batch, mem_gb=res.mem_gb)
+                    # peak memory is torch.cuda.max_memory_allocated; the CPU check has no equivalent
+                    row.update(samples_per_s=rate * batch, mem_gb=res.mem_gb if args.device == "cuda" else None)
                 except torch.OutOfMemoryError:
                     row["oom"] = True
                     torch.cuda.empty_cache()
@@ -80,7 +81,8 @@ def _section(res: dict[str, Any], args: argparse.Namespace) -> str:
                 cells += ["OOM", "OOM"]
                 continue
             rates[kind] = [r["samples_per_s"] for r in mine]
-            cells += [C.spread(rates[kind], "{:.0f}"), C.spread([r["mem_gb"] for r in mine], "{:.2f}")]
+            mem = [r["mem_gb"] for r in mine if r["mem_gb"] is not None]
+            cells += [C.spread(rates[kind], "{:.0f}"), C.spread(mem, "{:.2f}") if mem else "-"]
         ratio = [e / b for e, b in zip(rates.get("engine", []), rates.get("bare", []))]
         cells.append(C.spread(ratio) if ratio else "-")
         out.append(cells)

@@ -1,0 +1,70 @@
+"""The benchmarks in tools/bench still run: each at its tiny `--smoke` size, into a temp file.
+
+A smoke run measures nothing; it proves the script, its workers and its BENCHMARKS.md
+section still work with the current packages, so the real runs do not rot between
+releases. gpu_throughput runs twice: as-is (on a machine without CUDA it must write a
+"not measured" section and exit 0) and with `--device=cpu` (its measuring code path).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "tools" / "bench"
+sys.path.insert(0, str(BENCH))
+
+import _common  # noqa: E402
+
+CASES = [
+    ("engine_overhead", []),
+    ("memory_fsdp", []),
+    ("checkpoint_io", []),
+    ("async_save", []),
+    ("converter", []),
+    ("startup", []),
+    ("gpu_throughput", []),
+    ("gpu_throughput", ["--device=cpu"]),
+]
+
+
+def _section(text: str, name: str) -> str:
+    begin, end = f"<!-- bench:{name} -->\n", f"<!-- /bench:{name} -->"
+    assert text.count(begin) == 1 and text.count(end) == 1, f"section {name} missing or repeated"
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("name", "flags"), CASES, ids=[n + "".join(f) for n, f in CASES])
+def test_benchmark_smoke_run_writes_its_section(tmp_path: Path, name: str, flags: list[str]) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    proc = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--smoke", f"--out={out}", *flags],
+                          env=_common.bench_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    section = _section(out.read_text(), name)
+    assert "SMOKE RUN" in section
+    assert f"uv run python tools/bench/{name}.py --smoke" in section
+    if name == "gpu_throughput" and not flags:
+        import torch
+
+        assert ("Not measured in this run" in section) != torch.cuda.is_available()
+    else:
+        assert "\n| " in section and "nan" not in section, section
+
+
+def test_write_section_replaces_its_own_section_and_keeps_the_others(tmp_path: Path) -> None:
+    out = tmp_path / "B.md"
+    ctx = _common.Context.now()
+    _common.write_section(out, "startup", "6. S", "cmd-s", ctx, "first startup body", smoke=False)
+    _common.write_section(out, "engine_overhead", "1. E", "cmd-e", ctx, "engine body", smoke=True)
+    _common.write_section(out, "startup", "6. S", "cmd-s", ctx, "second startup body", smoke=False)
+    text = out.read_text()
+    assert text.index("bench:engine_overhead") < text.index("bench:startup"), "sections keep the canonical order"
+    assert "second startup body" in _section(text, "startup") and "first startup body" not in text
+    assert "engine body" in _section(text, "engine_overhead") and "SMOKE RUN" in _section(text, "engine_overhead")
+    assert "SMOKE RUN" not in _section(text, "startup")
+    assert "- Command: `cmd-s`" in _section(text, "startup")
