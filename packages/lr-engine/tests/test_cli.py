@@ -94,3 +94,21 @@ def test_help_lists_every_flag():
     assert proc.returncode == 0
     for flag in ("--accelerator.fsdp.min_num_params", "--parallelism.dp_shard", "--peft.r", "--policy.chunk_size"):
         assert flag in proc.stdout
+
+
+def test_trackio_logs_offline_without_printing_a_token_url(tmp_path, demo_dataset):
+    out, store = tmp_path / "run", tmp_path / "trackio"
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY, "--steps=4",
+                    "--log_freq=2", "--save_checkpoint=false", "--trackio.enable=true", "--trackio.project=lrtest"],
+                   env={"TRACKIO_DIR": str(store)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    databases = list(store.rglob("*.db"))
+    assert databases, list(store.rglob("*"))
+    import sqlite3
+
+    with sqlite3.connect(databases[0]) as db:
+        tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
+        assert tables
+        counts = [db.execute(f'select count(*) from "{t}"').fetchone()[0] for t in tables]
+    assert sum(counts) >= 2
+    assert "write_token" not in proc.stdout + proc.stderr
