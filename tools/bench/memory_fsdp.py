@@ -113,6 +113,10 @@ def _section(single: dict[str, Any], runs: dict[int, list[dict[str, Any]]]) -> t
         "column counts the distinct storages behind the shards, FSDP2's padding included.",
         "",
         C.table(["N", "rank", "params MB", "grads MB", "optimizer MB", "sum MB", "sum / total", "storage / total", "target", ""], rows),
+        "",
+        "Not counted (outside the target's definition): the transient full parameters of the unit being computed "
+        "(FSDP2 all-gathers one unit at a time and frees it after its forward and backward), activations, and "
+        "communication buffers.",
     ]
     return "\n".join(body), ok_all
 
