@@ -154,3 +154,23 @@ def test_a_lost_node_ends_the_other_without_hanging(tmp_path: Path, demo_dataset
     assert nodes[0].returncode != 0
     assert time.monotonic() - killed_at < 120
     nodes[1].wait(timeout=30)
+
+
+def test_accelerate_launch_across_two_nodes(tmp_path: Path, demo_dataset: Path) -> None:
+    """`accelerate launch --num_machines=2 --machine_rank=i ...` as built by lr-config, on loopback."""
+    from lr_config import LaunchSpec, build_launch, parse_train_config
+
+    port = free_port()
+    cfg = parse_train_config([f"--output_dir={tmp_path / 'acc'}", f"--dataset.root={demo_dataset}", *TINY, *HSDP, "--steps=2",
+                              "--save_checkpoint=false"])
+    procs = []
+    for rank in range(2):
+        argv = build_launch(LaunchSpec(launcher="accelerate", nnodes=2, node_rank=rank, nproc_per_node=2, rdzv_endpoint=f"127.0.0.1:{port}"), cfg)
+        assert argv[:2] == ["accelerate", "launch"] and f"--machine_rank={rank}" in argv and "--num_machines=2" in argv
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", *argv[2:]]
+        procs.append(subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, text in zip(procs, outputs):
+        assert p.returncode == 0, text[-3000:]
+    assert "HSDP dp_replicate=2 dp_shard=2 world=4 nodes=2x2 (across nodes: dp_replicate)" in outputs[0]
+    assert len(losses(tmp_path / "acc")) == 2
