@@ -1,4 +1,5 @@
-"""FSDP2 shards each parameter 1/N per rank (dim 0), and ignored modules stay whole."""
+"""FSDP2 shards each parameter 1/N per rank (dim 0), and ignored modules stay whole
+(with CPU offload and without resharding after forward, which must not change the shards)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def test_local_shards_are_one_nth_and_ignored_modules_are_whole(tmp_path: Path, 
         n,
         [str(WORKER), str(tmp_path), f"--output_dir={tmp_path / 'run'}", f"--dataset.root={demo_dataset}",
          "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--parallelism.dp_shard=2",
-         "--accelerator.fsdp.ignored_modules=.*vae_encoder"],
+         "--accelerator.fsdp.ignored_modules=.*vae_encoder", "--accelerator.fsdp.cpu_offload=true",
+         "--accelerator.fsdp.reshard_after_forward=false"],
         module=None,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
