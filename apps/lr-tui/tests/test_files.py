@@ -139,21 +139,51 @@ def test_cli_argv_are_lists_for_this_interpreter(tmp_path):
     ]
 
 
-def test_start_training_runs_detached_and_stop_ends_its_process_group(tmp_path):
+GROUP_OF_TWO = """
+import signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+def note(sig, frame):
+    print("launcher got", signal.Signals(sig).name, flush=True)
+signal.signal(signal.SIGINT, note)
+print("started", flush=True)
+time.sleep(60)
+"""
+CHILD = """
+import signal, sys, time
+signal.signal(signal.SIGINT, lambda s, f: print("child got SIGINT", flush=True))
+print("child ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_start_training_runs_detached_records_the_launch_and_stop_signals_its_whole_group(tmp_path):
     import os
     import signal
     import time
 
+    from lr_tui.run_control import liveness, read_launch_record, send_stop
+
     log = tmp_path / "logs" / "launch.log"
-    proc = cli_tasks.start_training([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"], tmp_path)
+    proc = cli_tasks.start_training([sys.executable, "-c", GROUP_OF_TWO, CHILD], tmp_path)
     try:
         assert os.getsid(proc.pid) == proc.pid  # its own session: a closed terminal or app does not kill it
+        record = read_launch_record(tmp_path)
+        assert record is not None and record.pid == proc.pid and record.argv[-1] == CHILD
         deadline = time.monotonic() + 30
-        while log.read_text() != "started\n" and time.monotonic() < deadline:
+        while "child ready" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert log.read_text() == "started\n"
-        cli_tasks.stop_training(proc)
+        live = liveness(record, None)
+        assert live.alive and live.describe() == f"2 alive (launcher {proc.pid} + 1)"
+
+        assert send_stop(live, 0) == f"SIGINT to the launch's process group {proc.pid}"
+        while "child got SIGINT" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {"launcher got SIGINT", "child got SIGINT"} <= set(log.read_text().splitlines())
+        assert proc.poll() is None  # SIGINT asks; it does not kill
+
+        assert send_stop(live, 1) == f"SIGTERM to the launch's process group {proc.pid}"
         assert proc.wait(timeout=20) == -signal.SIGTERM
+        assert not liveness(record, None).alive and liveness(record, None).describe() == "none alive"
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -27,7 +27,7 @@ async def test_tab_into_the_form_escape_out_and_switch_views_by_key():
         assert app.focused is app.query_one("#ckpt-table")
         await pilot.press("2")
         await pilot.pause()
-        assert app.query_one("#views").active == "monitor" and app.focused is app.query_one("#latest")
+        assert app.query_one("#views").active == "monitor" and app.focused is app.query_one("#runs")
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)

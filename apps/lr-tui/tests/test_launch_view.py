@@ -188,7 +188,9 @@ async def test_run_starts_the_command_detached_and_opens_its_monitor(tmp_path, m
         assert monitor.process.wait(timeout=60) == 0
         log = (tmp_path / output_dir / "logs" / "launch.log").read_text()
         argv = json.loads(log.splitlines()[0].removeprefix("fake torchrun "))
-        assert argv == ["--standalone", "--nproc-per-node=1", "-m", "lr_engine.cli", "train", f"--output_dir={output_dir}", "--steps=50"]
+        rank_logs = ["--tee=3", f"--log-dir={output_dir}/logs/ranks", "--log-line-prefix-template=[rank${rank}]:"]
+        assert argv == [*rank_logs, "--standalone", "--nproc-per-node=1", "-m", "lr_engine.cli", "train", f"--output_dir={output_dir}", "--steps=50"]
+        assert "--tee=3" in app.query_one("#preview", TextPanel).text  # what ran is what the preview showed
 
 
 async def test_slurm_run_saves_the_script_and_creates_the_log_folder(tmp_path, monkeypatch):

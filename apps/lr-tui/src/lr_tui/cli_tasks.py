@@ -4,7 +4,16 @@ The TUI never imports torch: plans, conversions, verification, publishing and tr
 run as `sys.executable -m <package>.cli ...` (the same interpreter, so it works inside the
 venv). `run_streaming` runs one and hands each output line to a callback; cancelling it
 kills the child's whole process group. `start_training` starts a launch command detached
-in its own session, its stdout and stderr going to `<output_dir>/logs/launch.log`.
+in its own session (it outlives the TUI), its stdout and stderr going to
+`<output_dir>/logs/launch.log`, and records the launcher in `logs/launch.json`.
+
+`with_rank_logs` adds the launcher options that make that log readable per rank: `--tee=3`
+with `--log-dir=<output_dir>/logs/ranks` (each rank's own stdout/stderr files), and under
+torchrun `--log-line-prefix-template=[rank${rank}]:`, so every console line of a worker
+starts with its global rank (accelerate launch keeps torchrun's `[default<local rank>]:`).
+A launch also gets `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` longer than the TUI's stop grace:
+torchrun would otherwise SIGKILL the workers 30 s after passing on a stop, even in the
+middle of the final checkpoint; the TUI's grace decides instead (see run_control).
 """
 
 from __future__ import annotations
@@ -15,8 +24,10 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from .run_control import write_launch_record
 
 __all__ = [
     "CONVERT_DTYPES",
@@ -28,11 +39,13 @@ __all__ = [
     "resolve_executable",
     "run_streaming",
     "start_training",
-    "stop_training",
     "verify_argv",
+    "with_rank_logs",
 ]
 
 LAUNCH_LOG = Path("logs") / "launch.log"
+RANK_LOGS = Path("logs") / "ranks"
+RANK_PREFIX = "[rank${rank}]:"
 CONVERT_DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -99,25 +112,31 @@ def resolve_executable(name: str) -> str:
     return shutil.which(name) or name
 
 
-def start_training(argv: list[str], output_dir: Path) -> subprocess.Popen[bytes]:
+def with_rank_logs(argv: list[str], output_dir: Path) -> list[str]:
+    """`argv` with every rank's output tee'd to `<output_dir>/logs/ranks` and rank-prefixed."""
+    log_dir = str(Path(output_dir) / RANK_LOGS)
+    if argv[:1] == ["torchrun"]:
+        return [argv[0], "--tee=3", f"--log-dir={log_dir}", f"--log-line-prefix-template={RANK_PREFIX}", *argv[1:]]
+    if argv[:2] == ["accelerate", "launch"]:
+        return [*argv[:2], "--tee=3", f"--log_dir={log_dir}", *argv[2:]]
+    return argv
+
+
+def start_training(
+    argv: list[str], output_dir: Path, *, stop_grace: float = 30.0, extra_env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start `argv` in a new session; output to `<output_dir>/logs/launch.log` (appended)."""
     log_path = Path(output_dir) / LAUNCH_LOG
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**_child_env(), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(int(stop_grace) + 60), **(extra_env or {})}
     with log_path.open("ab") as log:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [resolve_executable(argv[0]), *argv[1:]],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_child_env(),
+            env=env,
             start_new_session=True,
         )
-
-
-def stop_training(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the launch's whole process group (torchrun forwards it to the workers)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    write_launch_record(output_dir, proc.pid, argv)
+    return proc

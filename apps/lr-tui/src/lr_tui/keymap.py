@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from textual.binding import Binding, BindingType
 
-__all__ = ["APP_BINDINGS", "CHECKPOINT_BINDINGS", "HELP", "LAUNCH_BINDINGS", "MONITOR_BINDINGS"]
+__all__ = ["APP_BINDINGS", "CHECKPOINT_BINDINGS", "HELP", "LAUNCH_BINDINGS", "LOG_BINDINGS", "MONITOR_BINDINGS"]
 
 APP_BINDINGS: list[BindingType] = [
     Binding("1", "show_view('launch')", "Launch", show=False),
     Binding("2", "show_view('monitor')", "Monitor", show=False),
     Binding("3", "show_view('checkpoints')", "Checkpoints", show=False),
+    Binding("4", "show_view('logs')", "Logs", show=False),
+    Binding("5", "show_view('hardware')", "Hardware", show=False),
     Binding("question_mark", "help", "Help"),
     Binding("f1", "help", "Help", show=False),
     Binding("escape", "leave_field", "Leave field", show=False),
@@ -24,8 +26,19 @@ LAUNCH_BINDINGS: list[BindingType] = [
 ]
 
 MONITOR_BINDINGS: list[BindingType] = [
-    Binding("o", "open_run", "Open run", tooltip="watch another run folder"),
-    Binding("x", "stop_run", "Stop launched run", tooltip="SIGTERM the run this app started"),
+    Binding("o", "open_run", "Open run", tooltip="watch another run folder (its launch reattaches)"),
+    Binding("x", "stop_run", "Stop", tooltip="stop: SIGINT, final checkpoint; x again: SIGTERM"),
+    Binding("r", "resume_run", "Resume", tooltip="resume checkpoints/last: processes, dp, steps"),
+    Binding("l", "show_log", "Log", tooltip="the run's combined log at its first error"),
+]
+
+LOG_BINDINGS: list[BindingType] = [
+    Binding("slash", "search", "Search", key_display="/", tooltip="search (enter or n: next match, N: previous)"),
+    Binding("f", "filter", "Filter", tooltip="filter the lines: words, rank:N, events"),
+    Binding("e", "events_only", "Events only", tooltip="show only the lines with events (again: all)"),
+    Binding("n", "next_match", "Next", show=False, tooltip="next search match"),
+    Binding("N", "previous_match", "Previous", show=False, tooltip="previous search match"),
+    Binding("end", "follow", "Follow", tooltip="follow the end of the log"),
 ]
 
 CHECKPOINT_BINDINGS: list[BindingType] = [
@@ -37,8 +50,8 @@ CHECKPOINT_BINDINGS: list[BindingType] = [
 ]
 
 _GLOBAL = [
-    ("1 2 3", "Launch, Monitor, Checkpoints view"),
-    ("escape", "leave a field (then 1/2/3 and ? work again)"),
+    ("1 2 3 4 5", "Launch, Monitor, Checkpoints, Logs, Hardware view"),
+    ("escape", "leave a field (then 1-5 and ? work again)"),
     ("tab / shift+tab", "next / previous field"),
     ("ctrl+p", "command palette"),
     ("? or f1", "this help"),
@@ -47,7 +60,7 @@ _GLOBAL = [
 
 
 def _rows(bindings: list[BindingType]) -> list[tuple[str, str]]:
-    return [(b.key.replace(",", " or "), b.tooltip or b.description) for b in bindings if isinstance(b, Binding)]
+    return [(b.key_display or b.key.replace(",", " or "), b.tooltip or b.description) for b in bindings if isinstance(b, Binding)]
 
 
 HELP: list[tuple[str, list[tuple[str, str]]]] = [
@@ -55,4 +68,5 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
     ("Launch", _rows(LAUNCH_BINDINGS)),
     ("Monitor", _rows(MONITOR_BINDINGS)),
     ("Checkpoints", _rows(CHECKPOINT_BINDINGS)),
+    ("Logs", _rows(LOG_BINDINGS)),
 ]

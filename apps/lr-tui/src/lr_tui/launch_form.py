@@ -1,7 +1,8 @@
 """The Launch form as data: which fields exist, and what a set of field values means.
 
 `evaluate(values)` turns the form's text values into a `LaunchPlan`: the `LaunchSpec`, the
-`TrainConfig`, the exact command preview (`format_command(build_launch(spec, cfg))`, or the
+`TrainConfig`, the exact command preview (`format_command(build_launch(spec, cfg))` with, once
+the output dir is known, the per-rank log options of `cli_tasks.with_rank_logs`; or the
 Slurm script), the effective-batch line, and lr-config's problem lines routed to the field
 whose flag they name. It never raises and imports no torch; the view calls it on every
 keystroke, so it only parses and validates.
@@ -34,6 +35,8 @@ from lr_config import (
     to_dict,
     validate,
 )
+
+from .cli_tasks import with_rank_logs
 
 __all__ = [
     "FIELDS",
@@ -265,6 +268,8 @@ def _build(plan: LaunchPlan, spec: LaunchSpec, cfg: TrainConfig) -> None:
             plan.preview = build_slurm_script(spec, cfg)
         else:
             plan.argv = build_launch(spec, cfg)
+            if cfg.output_dir is not None:
+                plan.argv = with_rank_logs(plan.argv, cfg.output_dir)
             plan.preview = format_command(plan.argv)
     except ConfigError as exc:
         plan.add(exc.problems)

@@ -1,6 +1,7 @@
 """Tail a growing `metrics.jsonl` without re-reading it.
 
-`JsonlTail.read()` returns the complete lines appended since the last call. It keeps the
+`JsonlTail.read()` returns the complete lines appended since the last call (blank ones
+too with `skip_blank=False`, as the log view needs to keep line numbers). It keeps the
 byte offset and the partial last line (the engine may be mid-write) for the next call, and
 starts over from byte 0 when the file shrinks or is replaced (a new run in the same folder),
 telling the caller so it can drop what it had. `MetricsTail` turns those lines into
@@ -21,8 +22,9 @@ __all__ = ["JsonlTail", "MetricsRead", "MetricsTail"]
 class JsonlTail:
     """Complete new lines of one file, read incrementally."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, skip_blank: bool = True) -> None:
         self.path = Path(path)
+        self.skip_blank = skip_blank
         self.offset = 0
         self.partial = b""
         self._inode: int | None = None
@@ -47,7 +49,7 @@ class JsonlTail:
         self.offset += len(chunk)
         lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
-        return [line for line in lines if line.strip()], restarted
+        return [line for line in lines if line.strip() or not self.skip_blank], restarted
 
     def _reset(self, inode: int | None) -> None:
         self.offset = 0

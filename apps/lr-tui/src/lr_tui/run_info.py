@@ -6,7 +6,6 @@ half-written file, since the engine may be writing it at that moment.
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 from dataclasses import dataclass
@@ -15,9 +14,10 @@ from pathlib import Path
 
 from lr_config import ConfigError, RunStatus, load_run_status
 
+from .procs import process
 from .series import format_duration
 
-__all__ = ["RunSummary", "eta_seconds", "log_tail", "summarize_run"]
+__all__ = ["RunSummary", "eta_seconds", "log_tail", "newest_log", "summarize_run"]
 
 
 @dataclass(frozen=True)
@@ -54,13 +54,8 @@ def eta_seconds(status: RunStatus) -> float | None:
 def _process_gone(status: RunStatus) -> bool:
     if status.status != "running" or status.pid <= 0 or status.hostname != socket.gethostname():
         return False
-    try:
-        os.kill(status.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    proc = process(status.pid)
+    return proc is None or not proc.alive
 
 
 def summarize_run(output_dir: Path) -> RunSummary:
@@ -85,15 +80,20 @@ def summarize_run(output_dir: Path) -> RunSummary:
 _CLI_ERROR = re.compile(r"^(\[[^\]]*\]:?\s*)?lr-[a-z]+: error: ")
 
 
+def newest_log(output_dir: Path) -> Path | None:
+    """The run's combined log: the newest `<run>/logs/*.log` (the TUI writes `launch.log`)."""
+    logs = sorted((Path(output_dir) / "logs").glob("*.log"), key=lambda p: (p.stat().st_mtime, p.name))
+    return logs[-1] if logs else None
+
+
 def log_tail(output_dir: Path, lines: int = 20) -> tuple[Path, str] | None:
     """The newest `<run>/logs/*.log` and its last `lines` lines, or None without logs.
 
     When an lr CLI's own `lr-<cli>: error: ...` line is further up (torchrun prints its
     traceback after it), that line comes first: it is the cause to read."""
-    logs = sorted((Path(output_dir) / "logs").glob("*.log"), key=lambda p: (p.stat().st_mtime, p.name))
-    if not logs:
+    newest = newest_log(output_dir)
+    if newest is None:
         return None
-    newest = logs[-1]
     with newest.open("rb") as f:
         f.seek(max(0, newest.stat().st_size - 64 * 1024))
         text = f.read().decode("utf-8", errors="replace")

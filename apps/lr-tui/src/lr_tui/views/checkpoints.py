@@ -23,14 +23,12 @@ from lr_config import (
     build_resume_launch,
     check_repo_id,
     format_command,
-    resolve_topology,
-    resume_config,
-    resume_is_sample_exact,
 )
 
-from ..checkpoint_scan import CheckpointDetails, CheckpointRow, checkpoint_details, read_training_step, scan_checkpoints
+from ..checkpoint_scan import CheckpointDetails, CheckpointRow, checkpoint_details, scan_checkpoints
 from ..cli_tasks import CONVERT_DTYPES, convert_argv, publish_argv, run_streaming, verify_argv
 from ..keymap import CHECKPOINT_BINDINGS
+from ..resume_plan import describe_exactness
 from ..screens.prompt import ChoicePrompt, TextPrompt
 from ..series import format_bytes
 from ..widgets.text_panel import TextPanel
@@ -228,7 +226,7 @@ class CheckpointsView(Vertical):
             return
         try:
             argv = build_resume_launch(spec, row.path.absolute(), overrides)
-            note = self._exactness(row, spec, overrides)
+            note = describe_exactness(row.path.absolute(), spec, overrides)
         except ConfigError as exc:
             self._output = []
             self._say(f"cannot resume {row.name} with {spec.world_size} process(es):", *exc.problems, error=True)
@@ -237,18 +235,6 @@ class CheckpointsView(Vertical):
         self.app.copy_to_clipboard(command)
         self._output = []
         self._say(f"resume {row.name} (copied to the clipboard):", command, note)
-
-    def _exactness(self, row: CheckpointRow, spec: LaunchSpec, overrides: list[str]) -> str:
-        ts, problem = read_training_step(row.path)
-        if ts is None:
-            return f"sample-exact: unknown ({problem})"
-        cfg = resume_config(row.path.absolute(), overrides)
-        topo = resolve_topology(cfg.parallelism, spec.world_size, spec.nnodes)
-        before = f"{ts.batch_size} x dp {ts.dp_world_size}"
-        after = f"{cfg.batch_size} x dp {topo.dp_world_size}"
-        if resume_is_sample_exact(ts, cfg, topo):
-            return f"sample-exact: yes (batch {after} = {cfg.batch_size * topo.dp_world_size}, as saved)"
-        return f"sample-exact: no (batch {before} -> {after}); resumes at the right epoch and offset"
 
     def focus_main(self) -> None:
         self.query_one("#ckpt-table").focus()

@@ -64,10 +64,13 @@ class LaunchView(Horizontal):
             self.output_dir = output_dir
             self.process = process
 
-    def __init__(self, *, plan_runner: PlanRunner | None = run_plan, plan_delay: float = 0.5, id: str | None = None) -> None:
+    def __init__(
+        self, *, plan_runner: PlanRunner | None = run_plan, plan_delay: float = 0.5, stop_grace: float = 30.0, id: str | None = None
+    ) -> None:
         super().__init__(id=id)
         self.plan_runner = plan_runner
         self.plan_delay = plan_delay
+        self.stop_grace = stop_grace
         self.plan: LaunchPlan = evaluate(default_values())
         self._plan_flags: list[str] | None = None
         self._plan_timer: Timer | None = None
@@ -187,7 +190,7 @@ class LaunchView(Horizontal):
             return
         assert plan.argv is not None
         try:
-            process = start_training(plan.argv, output_dir)
+            process = start_training(plan.argv, output_dir, stop_grace=self.stop_grace)
         except OSError as exc:
             self.notify(f"Could not start {plan.argv[0]}: {exc}", severity="error")
             return
