@@ -1,6 +1,16 @@
-"""lr-tui test setup: makes the helpers in tui_support importable from the tests."""
+"""lr-tui test setup: makes the helpers in tui_support and real_runs importable from the tests."""
 
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo dataset with 4 episodes (made by lr-engine in a subprocess)."""
+    from real_runs import make_tiny_dataset
+
+    return make_tiny_dataset(tmp_path_factory.mktemp("ds") / "demo")
