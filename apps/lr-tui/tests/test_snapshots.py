@@ -2,16 +2,19 @@
 
 The sample folder (`sample_run/`, made by `tui_support.build_sample_run`) is opened by a
 relative path from this folder, and the plan comes from a fixed stand-in, so nothing in
-the pictures depends on the clock, the checkout path or the engine.
+the pictures depends on the clock, the checkout path or the engine. The Logs view shows
+the captured log of a run whose rank 1 was SIGKILLed (`data/killed_rank.log`), in a run
+folder made in a temporary folder; the Hardware view a fixed source (`FixedHardware`).
 Update with `pytest apps/lr-tui/tests/test_snapshots.py --snapshot-update`.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
-from tui_support import app_ready, sample_planner, wait_until
+from tui_support import FixedHardware, app_ready, sample_planner, wait_until, write_run_status
 
 from lr_tui.app import LrApp
 
@@ -78,3 +81,34 @@ def test_help_screen(snap_compare):
         await pilot.pause()
 
     assert snap_compare(sample_app(run=False), terminal_size=(100, 30), run_before=run_before)
+
+
+def test_log_view_at_the_first_error_with_a_search(snap_compare, tmp_path, monkeypatch):
+    run = tmp_path / "killed_run"
+    (run / "logs").mkdir(parents=True)
+    shutil.copy(HERE / "data" / "killed_rank.log", run / "logs" / "launch.log")
+    write_run_status(run, status="failed", step=10, steps=100000, error="RuntimeError: gloo: Connection closed by peer")
+    monkeypatch.chdir(tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await app_ready(pilot)
+        view = pilot.app.log_view
+        await wait_until(pilot, lambda: len(view.events) == 3 and len(view.lines.lines) == 62, what="the log and its events")
+        await pilot.press("l")
+        await pilot.pause()
+        pilot.app.query_one("#log-search").value = "peer"
+        await pilot.pause()
+
+    app = LrApp(Path("killed_run"), plan_runner=None, poll_interval=0.05, hardware=FixedHardware())
+    assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
+
+
+def test_hardware_view(snap_compare):
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await app_ready(pilot)
+        await pilot.press("5")
+        await wait_until(pilot, lambda: pilot.app.hardware_view.samples >= 1, what="a sample")
+        await pilot.pause()
+
+    app = LrApp(plan_runner=None, hardware=FixedHardware(), hardware_interval=0.05)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)

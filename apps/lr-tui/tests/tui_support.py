@@ -203,3 +203,21 @@ async def app_ready(pilot) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
     await pilot.pause()
     await wait_until(pilot, lambda: all(v.is_mounted for v in (app.launch_view, app.monitor_view, app.checkpoints_view)), what="the views")
+
+
+class FixedHardware:
+    """A hardware source with fixed numbers: a 16-core host and, with `gpus`, two H200s."""
+
+    def __init__(self, gpus: bool = True) -> None:
+        self.gpus = gpus
+        self.calls = 0
+
+    def sample(self):  # type: ignore[no-untyped-def]
+        from lr_tui.hardware import GpuSample, HardwareSample
+
+        self.calls += 1
+        gib = 2**30
+        if not self.gpus:
+            return HardwareSample(37.5, 16, 45 * gib, 125 * gib, gpu_note="no GPU information: nvidia-smi is not on PATH and pynvml is not installed")
+        gpus = (GpuSample(0, "NVIDIA H200", 87.0, 61 * gib, 140 * gib), GpuSample(1, "NVIDIA H200", None, 130 * gib, 140 * gib))
+        return HardwareSample(37.5, 16, 45 * gib, 125 * gib, gpus, gpu_source="nvidia-smi")
