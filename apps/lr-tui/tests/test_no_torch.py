@@ -18,10 +18,11 @@ VISIT_EVERY_VIEW = textwrap.dedent(
         async with app.run_test(size=(100, 30)) as pilot:
             while not app.checkpoints_view.is_mounted:
                 await pilot.pause(0.05)
-            for key in ("1", "2", "3", "down", "question_mark", "escape"):
+            for key in ("1", "2", "3", "down", "4", "5", "question_mark", "escape"):
                 await pilot.press(key)
                 await pilot.pause()
             assert app.checkpoints_view.checkpoints, "the checkpoints view read the sample"
+            assert app.log_view.lines.lines and app.hardware_view.sample is not None, "logs and hardware were read"
 
     asyncio.run(main())
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy", "safetensors"))
