@@ -55,7 +55,10 @@ def test_degree_product_mismatch_gives_the_numbers() -> None:
     line = only_problem(["--parallelism.dp_replicate=3", "--parallelism.dp_shard=2"], 4)
     assert "--parallelism.dp_replicate x --parallelism.dp_shard = 3 x 2 = 6" in line
     assert "but 4 processes will run" in line
-    assert "--parallelism.dp_shard=-1" in line  # the suggested fix
+    # the suggested fix must work: dp_shard=-1 cannot (4 is not divisible by 3)
+    assert "--parallelism.dp_replicate=1 --parallelism.dp_shard=4" in line
+    line = only_problem(["--parallelism.dp_replicate=2", "--parallelism.dp_shard=1"], 4)
+    assert "--parallelism.dp_shard=-1" in line  # here it does: 2 x 2 = 4
 
 
 @pytest.mark.parametrize("fmt", ["dcp", "safetensors_dcp"])

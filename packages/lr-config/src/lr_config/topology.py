@@ -110,10 +110,15 @@ def resolve_topology(par: ParallelismConfig, world_size: int, nnodes: int = 1) -
     rep = rep or 1
     shard = shard or 1
     if rep * shard != world_size:
+        example = (
+            "for example --parallelism.dp_shard=-1"
+            if world_size % rep == 0
+            else f"for example --parallelism.dp_replicate=1 --parallelism.dp_shard={world_size}"
+        )
         raise ConfigError(
             f"--parallelism.dp_replicate x --parallelism.dp_shard = {rep} x {shard} = {rep * shard}, "
             f"but {world_size} process{'es' if world_size != 1 else ''} will run; make the product {world_size} "
-            f"(for example --parallelism.dp_shard=-1) or launch {rep * shard} processes"
+            f"({example}) or launch {rep * shard} processes"
         )
     return Topology(world_size=world_size, dp_replicate=rep, dp_shard=shard, nnodes=nnodes)
 

@@ -122,7 +122,14 @@ def save(run: Run, step: int, training_step: TrainingStep) -> Path:
         scaler_state=run.scaler.state_dict() if run.scaler is not None else None,
         write_pretrained=_write_pretrained_extras(run),
     )
-    path = save_checkpoint(run.output_dir / "checkpoints", step, request)
+    try:
+        path = save_checkpoint(run.output_dir / "checkpoints", step, request)
+    except BaseException as exc:
+        if run.ctx.is_main:
+            last = run.output_dir / "checkpoints" / "last"
+            kept = f"last still -> {os.readlink(last)}" if last.is_symlink() else "no earlier checkpoint"
+            print(f"checkpoint failed: {run.output_dir / 'checkpoints'} step {step}: {type(exc).__name__}: {exc}; {kept}", flush=True)
+        raise
     if run.ctx.is_main:
         print(f"checkpoint saved: {path}", flush=True)
     return path

@@ -284,6 +284,7 @@ def loop(run: Run) -> int:
             loss, info = forward_backward(run, batch, last_micro)
             if last_micro:
                 update(run, step - 1)
+            run.current_step = step
             window.add(loss, info, data_s)
             if sink is not None:
                 sink.advance(step)
