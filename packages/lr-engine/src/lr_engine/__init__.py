@@ -10,14 +10,35 @@ Public API (everything else, including the submodules' other names, is implement
 - `load_adapter_policy`: a base policy plus trained LoRA adapters.
 """
 
-from .adapters import load_adapter_policy
-from .data.dataset import LeRobotDataset, resolve_dataset_root
-from .data.demo import make_demo_dataset
-from .parallel.dist import init_distributed
-from .plan import plan_lines
-from .policies import Policy, load_pretrained, make_policy, save_pretrained
-from .processors import load_processors
-from .train import train
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .adapters import load_adapter_policy
+    from .data.dataset import LeRobotDataset, resolve_dataset_root
+    from .data.demo import make_demo_dataset
+    from .parallel.dist import init_distributed
+    from .plan import plan_lines
+    from .policies import Policy, load_pretrained, make_policy, save_pretrained
+    from .processors import load_processors
+    from .train import train
+
+_HOME = {
+    "load_adapter_policy": ".adapters",
+    "LeRobotDataset": ".data.dataset",
+    "resolve_dataset_root": ".data.dataset",
+    "make_demo_dataset": ".data.demo",
+    "init_distributed": ".parallel.dist",
+    "plan_lines": ".plan",
+    "Policy": ".policies",
+    "load_pretrained": ".policies",
+    "make_policy": ".policies",
+    "save_pretrained": ".policies",
+    "load_processors": ".processors",
+    "train": ".train",
+}
 
 __all__ = [
     "LeRobotDataset",
@@ -33,3 +54,13 @@ __all__ = [
     "save_pretrained",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public API on first use: `python -m lr_engine.cli` imports this package
+    first, and a bad flag must exit before torch is imported (lr_engine.cli's contract)."""
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name], __name__), name)
+    globals()[name] = value  # `train` is also a submodule: its import must not shadow the function
+    return value
