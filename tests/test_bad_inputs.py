@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from lr_config import ConfigError, LaunchSpec, TrainConfig, build_launch, build_slurm_script, parse_train_config, save_json, to_dict
 
-from _support.procs import run_cli
+from _support.procs import run_cli, subprocess_env
 from _support.runs import PLANTED_TOKEN, copy_run, tree_digest
 
 CORPUS_FILE = Path(__file__).parent / "bad_inputs" / "corpus.json"
@@ -132,6 +133,13 @@ def test_bad_input_is_refused_cleanly(case: dict[str, Any], request: pytest.Fixt
     assert "Traceback" not in output, output[-3000:]
     assert tree_digest(tmp_path) == before
 
+
+
+def test_engine_refuses_a_bad_flag_before_importing_torch() -> None:
+    """The engine's flag and value refusals above cost no torch import (half a second, not several)."""
+    code = "import sys; from lr_engine.cli import run; rc = run(['train', '--steps=0']); sys.exit(3 if 'torch' in sys.modules else rc)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
 
 def test_reliability_page_is_current() -> None:
     """RELIABILITY.md is what tools/reliability_table.py renders from this suite (regenerate it with that tool)."""
