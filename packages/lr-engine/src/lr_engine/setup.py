@@ -46,12 +46,12 @@ def default_output_dir(cfg: TrainConfig) -> Path:
     return Path("outputs") / "train" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{cfg.job_name}"
 
 
-RUN_FILES = ("train_config.json", "run.json", "metrics.jsonl", "checkpoints", "pretrained_model")
-
-
 def holds_a_run(out: Path) -> bool:
-    """A folder with a run's files (a launcher's logs/ or a Slurm script alone do not count)."""
-    return any((out / name).exists() for name in RUN_FILES)
+    """A folder already in use: anything but what a launcher writes before the run starts
+    (`logs/`, where lr-tui and Slurm send the output, and a `*.slurm` script)."""
+    if not out.exists():
+        return False
+    return any(not (entry.name == "logs" and entry.is_dir()) and entry.suffix != ".slurm" for entry in out.iterdir())
 
 
 def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
@@ -63,8 +63,9 @@ def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
         out = cfg.output_dir or default_output_dir(cfg)
         problem = ""
         if not cfg.resume and holds_a_run(out):
+            what = "a run" if any((out / name).exists() for name in ("train_config.json", "checkpoints", "run.json")) else "files"
             problem = (
-                f"--output_dir: {out} already holds a run; choose another --output_dir, or continue that run with "
+                f"--output_dir: {out} already holds {what}; choose another --output_dir, or continue that run with "
                 f"--resume=true --config_path={out}/checkpoints/last/pretrained_model/train_config.json"
             )
         decided = (str(out), problem)
