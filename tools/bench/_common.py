@@ -39,10 +39,10 @@ TITLE = "# lr benchmarks"
 INTRO = """\
 Each section is written by one command in `tools/bench/` and replaced when that command
 runs again (`uv run python tools/bench/run_all.py` runs them all). Every comparison is
-measured side by side in the same run: the compared things are interleaved over several
-repeats and the reported ratio is the median of the per-repeat ratios, so that the ratios
-survive a machine shared with other work. Absolute numbers move with the load average
-noted in each section; the ratios are the result.
+measured side by side in the same run: the compared things are interleaved (over several
+repeats, or step by step where that is possible) and the reported ratio is the median of
+the paired ratios, so that the ratios survive a machine shared with other work. Absolute
+numbers move with the load average noted in each section; the ratios are the result.
 """
 
 
