@@ -7,8 +7,9 @@ model and optimizer state in all) and save in the `dcp` format at an update boun
 as the engine does, then run the next loop step. Per save, on every rank:
 - `call`: `save_checkpoint(...)` until it returns;
 - `wait`: `wait_for_pending_save()` before the next `optimizer.step()` (lr-checkpoint's
-  contract: the background copy reads the live parameters and optimizer state, so the
-  update must not start before it is done); 0 for a synchronous save;
+  contract, and what the engine's `update()` does: the background copy reads the live
+  parameters and optimizer state, so the update must not start before it is done); 0 for
+  a synchronous save;
 - blocked = call + wait; the next step's forward and backward run in between, overlapping
   the background write.
 Sync and async saves alternate (sync first on even repeats); one untimed save of each
@@ -129,10 +130,10 @@ def _section(result: dict[str, Any], repeats: int) -> str:
         "",
         C.table(["save", "call s", "wait before next optimizer.step s", "blocked s", "blocked / sync", "target", ""], table_rows),
         "",
-        f"If the loop did not wait before its next `optimizer.step()` (the engine's loop today calls `wait_for_pending_save` "
-        f"only at the next save and at the end), it would be blocked for the call alone: {C.spread(call_ratio)} of a sync "
-        "save. That is not counted as the result: the background staging reads the live tensors, so updating them before "
-        "it is done can tear the checkpoint (FACTS.md).",
+        "The engine waits the same way: its `update()` calls `wait_for_pending_save` before the optimizer step that "
+        "follows an async save, after that step's forward and backward. The call alone is "
+        f"{C.spread(call_ratio)} of a sync save; not waiting is not an option, since the background staging reads the "
+        "live tensors and updating them before it is done can tear the checkpoint (FACTS.md).",
         "",
         "Per repeat (s): " + "; ".join(
             f"#{rep}: sync {blocked['sync'][rep]:.2f}, async call {asyn[rep]['call_s']:.2f} + wait {asyn[rep]['wait_s']:.2f}"
