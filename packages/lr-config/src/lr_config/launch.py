@@ -172,6 +172,14 @@ def format_command(argv: list[str]) -> str:
     return " \\\n  ".join(lines)
 
 
+def _script_line_value(flag: str, value: str) -> str:
+    """`value`, which the script writes unquoted (#SBATCH lines, a comment): a line break there
+    would start a shell command of its own."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ConfigError(f"{flag}: {value!r} holds a line break or control character, which a Slurm script cannot carry safely")
+    return value
+
+
 def build_slurm_script(spec: LaunchSpec, cfg: TrainConfig, topology: Topology | None = None) -> str:
     """A Slurm batch script: one torchrun per node via srun, rendezvous on the first node."""
     spec.check(require_endpoint=False)
@@ -181,7 +189,7 @@ def build_slurm_script(spec: LaunchSpec, cfg: TrainConfig, topology: Topology | 
         raise ConfigError("--output_dir: required for a Slurm script (logs and checkpoints go there)")
     validate(cfg, world_size=spec.world_size, nnodes=spec.nnodes)
     _, port = spec.endpoint()
-    out = str(cfg.output_dir)
+    out = _script_line_value("--output_dir", str(cfg.output_dir))
     gpus = spec.gpus_per_node if spec.gpus_per_node is not None else spec.nproc_per_node
     torchrun = [
         "torchrun",
@@ -192,7 +200,9 @@ def build_slurm_script(spec: LaunchSpec, cfg: TrainConfig, topology: Topology | 
         '--rdzv-id="$SLURM_JOB_ID"',
     ]
     train = " ".join(shlex.quote(a) for a in ENTRY + config_to_flags(cfg))
-    job = cfg.job_name or cfg.policy.type_name
+    job = _script_line_value("--job_name", cfg.job_name or cfg.policy.type_name)
+    for name in ("partition", "time"):
+        _script_line_value(name, getattr(spec, name) or "")
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job}",
