@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 from lr_config import ConfigError, FSDPConfig, TrainConfig
 from torch import nn
@@ -160,16 +159,3 @@ def sync_ignored_grads(model: nn.Module, plan: WrapPlan | None, world_size: int)
     for g in grads:
         dist.all_reduce(g, op=dist.ReduceOp.SUM)
         g.div_(world_size)
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-
-
-def local_and_global_numel(p: torch.Tensor) -> tuple[int, int]:
-    """(elements on this rank, elements of the whole parameter)."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(p, DTensor):
-        return p.to_local().numel(), p.numel()
-    return p.numel(), p.numel()
