@@ -195,8 +195,6 @@ def test_a_full_disk_during_a_save_fails_and_loses_nothing(full_disk: FullDisk) 
     assert verify_checkpoint(checkpoints / "last") == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug, lr-checkpoint: an OSError while the main rank writes a checkpoint file "
-                   "reaches the user as a traceback that never names the file (run_on_main re-raises it bare)")
 def test_a_full_disk_during_a_save_names_the_file(full_disk: FullDisk) -> None:
     """The same full disk: one message naming the file being written, no traceback."""
     assert "Traceback" not in full_disk.output

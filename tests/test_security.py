@@ -181,8 +181,6 @@ def test_dcp_storage_pointing_outside_its_folder_is_refused(dcp_run: TinyRun, tm
     assert tree_digest(tmp_path) == before
 
 
-@pytest.mark.xfail(strict=True, reason="bug, lr-publish: copy_checkpoint_files follows links, so a checkpoint file linked "
-                   "to any file outside it (say ~/.aws/credentials) is copied into the publish folder and uploaded")
 def test_publish_does_not_follow_links_out_of_the_checkpoint(tiny_run: TinyRun, tmp_path: Path) -> None:
     """A checkpoint file that is a link to a file outside it: lr-publish exits 2 naming it and copies
     nothing of the outside file.

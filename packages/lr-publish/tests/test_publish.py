@@ -217,3 +217,18 @@ def test_bad_repo_ids_are_refused_before_anything(hub_server, hub_env, ckpts, re
         publish_checkpoint(step_dir, repo_id, endpoint=hub_server.endpoint)
     assert hub_server.requests == []
     assert not (step_dir.parent.parent / "publish").exists()
+
+
+def test_a_link_in_a_folder_is_refused_not_followed(hub_server, hub_env, ckpts, tmp_path):
+    """--folder mode: a file that is a link (here to a file outside the folder) stops the push before any
+    request, naming the link; upload_folder would otherwise send what it points to."""
+    step_dir = ckpts.make("full")
+    folder = tmp_path / "out"
+    build_publish_folder_from_checkpoint(step_dir, folder, repo_id=ckpts.repo_id)
+    outside = tmp_path / "credentials"
+    outside.write_text("aws_secret_access_key = do-not-upload\n")
+    (folder / "policy_preprocessor.json").unlink()
+    (folder / "policy_preprocessor.json").symlink_to(outside)
+    with pytest.raises(PublishError, match=r"policy_preprocessor\.json is a link .*only real files"):
+        publish_folder(folder, ckpts.repo_id, endpoint=hub_server.endpoint)
+    assert hub_server.requests == []

@@ -39,6 +39,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import async_save, save as dcp_save
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
@@ -46,6 +47,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from lr_config import save_json, save_training_step, to_dict
 
 from ._dist import broadcast_value, gather_values, pause_point, run_on_main
+from ._errors import CheckpointError
 from ._layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
 from ._request import SaveRequest
 from ._rng import capture_rng_state, encode_all_ranks
@@ -139,9 +141,24 @@ def _background_group(slot: str) -> dist.ProcessGroup:
     return _background_groups[slot]
 
 
+def describe_failure(exc: BaseException) -> str:
+    """One line per failing rank for DCP's CheckpointException (whose str is a traceback), else
+    `Type: message`."""
+    if isinstance(exc, CheckpointException):
+        return "; ".join(f"rank {r}: {type(e).__name__}: {e}" for r, (e, _) in sorted(exc.failures.items()))
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _write_dcp(save: _Save, state: dict[str, Any], folder: Path) -> None:
     if not save.background:
-        dcp_save(state, storage_writer=FileSystemWriter(folder))
+        try:
+            dcp_save(state, storage_writer=FileSystemWriter(folder))
+        except CheckpointException as exc:  # collective: every rank raises the same
+            raise CheckpointError(
+                f"writing the DCP shards of {folder} failed ({describe_failure(exc)}); nothing of this save was "
+                "committed and `last` still names the newest complete checkpoint: free space on that disk, or pick "
+                "another --output_dir, then resume"
+            ) from None
         return
     stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=False))
     group = _background_group(folder.name)
@@ -256,8 +273,8 @@ def _finish_uploads(save: _Save) -> str | None:
     for upload in save.uploads:
         try:
             upload.result()
-        except Exception as exc:  # reported on the main rank, raised on every rank
-            error = f"{type(exc).__name__}: {exc}"
+        except (Exception, CheckpointException) as exc:  # reported on the main rank, raised on every rank
+            error = describe_failure(exc)
     for stager in save.stagers:
         stager.close()
     return error
@@ -278,7 +295,10 @@ def wait_for_pending_save() -> None:
     def check() -> None:
         failed = [f"rank {r}: {e}" for r, e in enumerate(errors or []) if e]
         if failed:
-            raise RuntimeError("background checkpoint write failed (" + "; ".join(failed) + f"); {save.tmp} was not committed")
+            raise CheckpointError(
+                "background checkpoint write failed (" + "; ".join(failed) + f"); {save.tmp} was not committed and "
+                "`last` still names the newest complete checkpoint"
+            )
 
     run_on_main(check, f"background save of {save.final}")
     _commit(save)

@@ -93,14 +93,32 @@ def staged_folder(folder: Path, *, token: str | None = None) -> Iterator[Path]:
 
 
 def copy_checkpoint_files(model_dir: Path, dest: Path) -> list[str]:
-    """Copy the publishable files of a checkpoint's pretrained_model/ (never its DCP shards)."""
-    names = sorted(
-        p.name for p in model_dir.iterdir()
-        if p.is_file() and (p.name in _PUBLISHED_NAMES or any(fnmatch.fnmatch(p.name, g) for g in _PUBLISHED_PATTERNS))
+    """Copy the publishable files of a checkpoint's pretrained_model/ (never its DCP shards).
+
+    A link among them is refused rather than followed: a checkpoint file linked to a file outside
+    the checkpoint (say ~/.aws/credentials) would otherwise be copied and uploaded.
+    """
+    if model_dir.is_symlink():
+        raise _link_error(model_dir)
+    published = sorted(
+        (p for p in model_dir.iterdir()
+         if p.name in _PUBLISHED_NAMES or any(fnmatch.fnmatch(p.name, g) for g in _PUBLISHED_PATTERNS)),
+        key=lambda p: p.name,
     )
+    for path in published:
+        if path.is_symlink():
+            raise _link_error(path)
+    names = [p.name for p in published if p.is_file()]
     for name in names:
-        shutil.copy2(model_dir / name, dest / name)
+        shutil.copy2(model_dir / name, dest / name, follow_symlinks=False)
     return names
+
+
+def _link_error(path: Path) -> PublishError:
+    return PublishError(
+        f"{path} is a link (to {os.readlink(path)}), and lr-publish uploads only real files, never what a link "
+        "points to: replace the link with a copy of the file it should be, then publish again"
+    )
 
 
 def write_card(folder: Path, repo_id: str, training_step: TrainingStep) -> None:
@@ -141,6 +159,8 @@ def check_publish_folder(folder: Path, *, token: str | None = None) -> None:
 
 def _check_nothing_private(folder: Path) -> None:
     for path in folder.rglob("*"):
+        if path.is_symlink():
+            raise _link_error(path)
         if any(fnmatch.fnmatch(part, pattern) for part in path.relative_to(folder).parts for pattern in _NEVER_UPLOADED):
             raise PublishError(
                 f"{path} is DCP shards or training state, which are never uploaded: remove it from {folder}"
