@@ -200,8 +200,6 @@ def test_publish_does_not_follow_links_out_of_the_checkpoint(tiny_run: TinyRun, 
     assert str(processor) in proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="known gap, lr-engine: resume writes to the output_dir saved in the checkpoint's "
-                   "train_config.json, wherever it points, instead of the run folder that holds the checkpoint")
 def test_resume_writes_only_inside_the_run_that_holds_the_checkpoint(tiny_run: TinyRun, tmp_path: Path) -> None:
     """A checkpoint whose train_config.json sets output_dir outside its run: resume writes nothing there."""
     import json

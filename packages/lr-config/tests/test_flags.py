@@ -214,6 +214,24 @@ def test_config_path_may_name_the_folder(tmp_path: Path) -> None:
     assert cfg.config_path == tmp_path / "train_config.json"
 
 
+def test_a_resume_writes_into_the_run_folder_that_holds_the_checkpoint(tmp_path: Path) -> None:
+    """The saved output_dir may be stale (a moved run) or point anywhere: a resume defaults to the run
+    folder holding the checkpoint, through `last` too; an explicit --output_dir wins; a plain config
+    file keeps its output_dir."""
+    run = tmp_path / "moved_run"
+    step = run / "checkpoints" / "000004" / "pretrained_model"
+    step.mkdir(parents=True)
+    (run / "checkpoints" / "last").symlink_to("000004")
+    save_json(step / "train_config.json", to_dict(parse_train_config(["--output_dir=/elsewhere/old_run"])))
+    for config_path in (step / "train_config.json", run / "checkpoints" / "last", run / "checkpoints" / "000004"):
+        assert parse_train_config(["--resume=true", f"--config_path={config_path}"]).output_dir == run
+    assert parse_train_config([f"--config_path={run / 'checkpoints' / 'last'}"]).output_dir == Path("/elsewhere/old_run")
+    explicit = ["--resume=true", f"--config_path={run / 'checkpoints' / 'last'}", "--output_dir=/tmp/new_place"]
+    assert parse_train_config(explicit).output_dir == Path("/tmp/new_place")
+    save_json(tmp_path / "preset.json", to_dict(parse_train_config(["--output_dir=/elsewhere/old_run"])))
+    assert parse_train_config(["--resume=true", f"--config_path={tmp_path / 'preset.json'}"]).output_dir == Path("/elsewhere/old_run")
+
+
 def test_switching_policy_type_over_a_config_file_keeps_where_it_runs_and_publishes(tmp_path: Path) -> None:
     saved = parse_train_config(["--policy.device=cpu", "--policy.path=/base", "--policy.repo_id=me/m", "--policy.chunk_size=20"])
     save_json(tmp_path / "train_config.json", to_dict(saved))

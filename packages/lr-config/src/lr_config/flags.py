@@ -10,6 +10,10 @@
 
 Changing `--policy.type` swaps the policy block for the new type's defaults before the
 other `--policy.*` flags are merged, as LeRobot users expect.
+
+A resume (`--resume=true`) writes into the run folder that holds the checkpoint named by
+`--config_path`, not into the `output_dir` its saved train_config.json names: that path may
+be stale (the run was moved or copied) or point anywhere. An explicit `--output_dir` wins.
 """
 
 from __future__ import annotations
@@ -217,7 +221,23 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
         _set(base, name.split("."), _decode(raw, tp))
     if "policy.type" in flags:
         base["policy"]["type"] = flags["policy.type"]
+    if base.get("resume") is True and "output_dir" not in flags and base.get("config_path"):
+        run = run_folder_of(Path(base["config_path"]))
+        if run is not None:
+            base["output_dir"] = str(run)
     return from_dict(TrainConfig, base, source="flags")
+
+
+def run_folder_of(config_file: Path) -> Path | None:
+    """The run folder holding the checkpoint whose train_config.json is `config_file`
+    (`<run>/checkpoints/<step or last>/pretrained_model/train_config.json`, or the run's own
+    `<run>/train_config.json` beside `checkpoints/`); None for a file elsewhere."""
+    parents = config_file.parents
+    if len(parents) > 3 and parents[0].name == "pretrained_model" and parents[2].name == "checkpoints":
+        return parents[3]
+    if (parents[0] / "checkpoints").is_dir():
+        return parents[0]
+    return None
 
 
 def _type_name(tp: Any) -> str:
