@@ -239,14 +239,29 @@ def test_corrupt_weights_header_is_named_by_verify_and_resume(copied: Path) -> N
     assert tree_digest(copied) == before
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: no checksums, flipped tensor bytes in model.safetensors pass verify and load")
-def test_corrupt_weights_data_is_detected(copied: Path) -> None:
-    """Flipped bytes in model.safetensors' tensor data: verify reports the file."""
-    from lr_checkpoint import verify_checkpoint
-
+def test_corrupt_weights_data_is_named_by_verify_and_resume(copied: Path) -> None:
+    """Flipped bytes inside model.safetensors' tensor data (the file still parses): verify names the
+    file through checksums.json; resume exits 2 with the same message; nothing written.
+    """
     model = copied / "checkpoints" / "000004" / "pretrained_model" / "model.safetensors"
     _flip(model, model.stat().st_size - 64)  # inside the last tensor's bytes
-    assert verify_checkpoint(copied / "checkpoints" / "last") != []
+    before = tree_digest(copied)
+    problems, resumed = _refusals(copied / "checkpoints" / "last", copied)
+    _assert_refused_alike(problems, resumed, model)
+    assert "SHA-256" in problems[0]
+    assert tree_digest(copied) == before
+
+
+def test_corrupt_optimizer_shard_data_is_named_by_verify_and_resume(copied_dcp: Path) -> None:
+    """Flipped bytes inside an optimizer DCP shard's tensor data (DCP still reads it): verify names the
+    shard file; resume exits 2 with the same message; nothing written.
+    """
+    shard = copied_dcp / "checkpoints" / "000004" / "training_state" / "optimizer_0" / "__0_0.distcp"
+    _flip(shard, shard.stat().st_size // 2, count=1)
+    before = tree_digest(copied_dcp)
+    problems, resumed = _refusals(copied_dcp / "checkpoints" / "last", copied_dcp, *ONE_PROCESS)
+    _assert_refused_alike(problems, resumed, shard)
+    assert tree_digest(copied_dcp) == before
 
 
 @pytest.fixture

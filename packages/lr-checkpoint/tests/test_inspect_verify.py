@@ -51,6 +51,35 @@ def test_truncated_safetensors_is_reported_and_refused(copy_step) -> None:  # ty
         lc.load_model_and_optimizer(root, make_model(0))
 
 
+def test_checksums_name_flipped_bytes_that_still_parse(copy_step) -> None:  # type: ignore[no-untyped-def]
+    """Every file of a save is in checksums.json; a flipped byte inside tensor data (which parses and
+    loads) is named by verify and refused by load; an entry leaving the folder is refused; a step
+    folder without checksums.json is checked structurally only."""
+    import json
+
+    root = copy_step("fsdp_safetensors_dcp")
+    sums = json.loads((root / "checksums.json").read_text())
+    on_disk = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != "checksums.json")
+    assert sums["version"] == 1 and sorted(sums["files"]) == on_disk
+    weights = root / "pretrained_model" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x01
+    weights.write_bytes(bytes(data))
+    problems = lc.verify_checkpoint(root)
+    assert problems == [f"{weights}: its bytes differ from the save (SHA-256 does not match checksums.json); "
+                        "the file is damaged: resume from another checkpoint"]
+    from ckpt_toy import make_model
+
+    with pytest.raises(lc.CheckpointError) as refused:
+        lc.load_model_and_optimizer(root, make_model(0))
+    assert str(refused.value) == problems[0]
+    sums["files"]["../../outside"] = {"size": 1, "sha256": "0" * 64}
+    (root / "checksums.json").write_text(json.dumps(sums))
+    assert any("entry '../../outside' points outside the checkpoint" in p for p in lc.verify_checkpoint(root))
+    (root / "checksums.json").unlink()
+    assert lc.verify_checkpoint(root) == []
+
+
 def test_truncated_and_missing_dcp_shards_are_reported(copy_step) -> None:  # type: ignore[no-untyped-def]
     root = copy_step("fsdp_dcp")
     model_shard = root / "pretrained_model" / "pytorch_model_fsdp_0" / "__1_0.distcp"

@@ -5,7 +5,8 @@ the DCP metadata alone, then tensors are loaded one at a time and appended, so m
 holds about one tensor beyond the torch baseline. The file is written under a temporary
 name, checked with `safe_open`, then renamed. Nothing existing is touched unless asked:
 an existing model.safetensors needs `overwrite`, and the shards are deleted
-(`delete_dcp`) only after every tensor of the new file compared equal to them.
+(`delete_dcp`) only after every tensor of the new file compared equal to them. The
+step folder's checksums.json follows: the new file is added, deleted shards dropped.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from ._checksums import update_checksums
 from ._dcp_meta import DcpMetadata, read_whole_dcp_metadata
 from ._dcp_read import iter_dcp_tensors
 from ._convert_check import EXPORT_DTYPES, check_convert_request
@@ -65,5 +67,7 @@ def convert_checkpoint(checkpoint_dir: Path, *, dtype: str = "fp32", overwrite: 
     write_safetensors(files.model, specs, _cast(iter_dcp_tensors(meta, [s.name for s in specs]), specs), {"format": "pt"})
     if delete_dcp:
         _check_equal(files.model, meta, specs)
+    update_checksums(files.root, written=[files.model], removed_folder=files.model_dcp if delete_dcp else None)
+    if delete_dcp:
         shutil.rmtree(files.model_dcp)
     return files.model

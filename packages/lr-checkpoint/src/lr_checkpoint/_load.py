@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_in_place
 from ._dist import run_on_main
+from ._checksums import check_checksums
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
 from ._json_files import read_optimizer_json
@@ -150,8 +151,11 @@ def _load_optimizer(files: StepFiles, model: nn.Module, optimizer: torch.optim.O
 
 
 def load_model_and_optimizer(step_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
-    """Collective: load a checkpoint's model (and optimizer) state onto the current layout."""
+    """Collective: load a checkpoint's model (and optimizer) state onto the current layout, then
+    compare its files with the checksums taken at save (a damaged file raises CheckpointError
+    naming it, on every rank, before anything trains on what was loaded)."""
     files = StepFiles(resolve_step_dir(step_dir))
     _load_model(files, model)
     if optimizer is not None:
         _load_optimizer(files, model, optimizer)
+    check_checksums(files.root)

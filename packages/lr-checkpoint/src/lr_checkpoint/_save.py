@@ -11,14 +11,15 @@ In order:
    `optimizer_state.safetensors`; `optimizer_param_groups.json` either way;
 4. one main-rank block writes the single files: train_config.json, training_step.json,
    scheduler/scaler JSON, every rank's RNG, and the engine's `write_pretrained` callback;
-5. commit (main rank): fsync the tree, rename the temp folder to `<step:06d>`, switch
+5. checksums: every file's size and SHA-256 into `checksums.json` (hashed by all ranks);
+6. commit (main rank): fsync the tree, rename the temp folder to `<step:06d>`, switch
    `last` with an atomic symlink replace, prune to `checkpoint_keep`.
 
 Ranks leave only once the commit is done (or raise if it failed on the main rank). A
 crash anywhere before the rename leaves a dot-named temp folder that readers ignore and
 the next save deletes; a crash before the `last` switch leaves `last` on the previous
 checkpoint. With `checkpoint_async` and a DCP format, steps 2 and 3 write in background
-threads (their own gloo group) and step 5 runs in `wait_for_pending_save()`, which the
+threads (their own gloo group) and steps 5 and 6 run in `wait_for_pending_save()`, which the
 engine calls on every rank before its next optimizer step and at the end of training.
 
 Test hook: `LR_TEST_PAUSE_IN_SAVE=before_shards|between_shards|before_rename|before_last`
@@ -46,6 +47,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from lr_config import save_json, save_training_step, to_dict
 
+from ._checksums import write_checksums
 from ._dist import broadcast_value, gather_values, pause_point, run_on_main
 from ._errors import CheckpointError
 from ._layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
@@ -230,6 +232,8 @@ def _prune(checkpoints_dir: Path, keep: int) -> None:
 
 
 def _commit(save: _Save) -> None:
+    write_checksums(save.tmp)
+
     def commit() -> None:
         _fsync_tree(save.tmp)
         pause_point("before_rename", save.checkpoints_dir)

@@ -16,6 +16,7 @@ from pathlib import Path
 from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json
 from safetensors import safe_open
 
+from ._checksums import checksum_problems
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_dcp_tensor
 from ._errors import CheckpointError
@@ -111,4 +112,7 @@ def verify_checkpoint(path: Path) -> list[str]:
     for folder in (files.model_dcp, files.optimizer_dcp):
         if folder.exists():
             problems.extend(_read_dcp(folder))
+    reported = {Path(q.split(": ", 1)[0]) for q in problems}
+    damaged = [p for p in files.root.rglob("*") if p in reported or p.parent in reported]
+    problems.extend(checksum_problems(files.root, skip=damaged))
     return problems

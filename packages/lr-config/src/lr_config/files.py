@@ -5,6 +5,7 @@
 | `training_step.json`  | `TrainingStep` | checkpoint (main rank)      |
 | `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step |
 | `run.json`            | `RunStatus`    | engine (main rank)          |
+| `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit) |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics`, which refuse unknown
 keys and versions with a message naming the file.
@@ -22,13 +23,17 @@ from .serde import from_dict, load_json, save_json, to_dict
 from .topology import Topology
 
 __all__ = [
+    "Checksums",
     "FILES_VERSION",
+    "FileDigest",
     "MetricsRecord",
     "RunStatus",
     "TrainingStep",
+    "load_checksums",
     "load_run_status",
     "load_training_step",
     "read_metrics",
+    "save_checksums",
     "save_run_status",
     "save_training_step",
 ]
@@ -89,6 +94,32 @@ class RunStatus:
     steps: int = 0
     world_size: int = 1
     error: str | None = None
+
+
+@dataclass
+class FileDigest:
+    """One checkpoint file as it was written."""
+
+    size: int = 0
+    sha256: str = ""
+
+
+@dataclass
+class Checksums:
+    """Every file of a checkpoint step folder (paths relative to it, `/`-separated) with its size
+    and SHA-256, taken when the save committed; verify and resume compare them to catch flipped
+    or truncated bytes that parse fine."""
+
+    version: int = FILES_VERSION
+    files: dict[str, FileDigest] = field(default_factory=dict)
+
+
+def save_checksums(path: Path, value: Checksums) -> None:
+    save_json(path, to_dict(value))
+
+
+def load_checksums(path: Path) -> Checksums:
+    return load_json(path, Checksums, current_version=FILES_VERSION)
 
 
 def save_training_step(path: Path, value: TrainingStep) -> None:
