@@ -215,7 +215,7 @@ def test_resume_writes_only_inside_the_run_that_holds_the_checkpoint(tiny_run: T
 
 
 def _launch_values() -> dict[str, str]:
-    from lr_tui.launch_form import default_values
+    from lr_tui._launch_form import default_values
 
     values = default_values()
     for key in ("policy_path", "dataset_repo_id", "dataset_root", "output_dir"):
@@ -239,8 +239,8 @@ def test_the_launch_form_passes_shell_metacharacters_literally(tmp_path: Path) -
     literally, bash re-splits the rendered command to the same argv, and the TUI's launcher runs
     it without a shell (no file appears).
     """
-    from lr_tui.cli_tasks import start_training
-    from lr_tui.launch_form import evaluate
+    from lr_tui._cli_tasks import start_training
+    from lr_tui._launch_form import evaluate
 
     plan = evaluate(_launch_values())
     assert plan.ok and plan.argv is not None, plan.problems
@@ -261,7 +261,7 @@ def test_metacharacters_in_any_other_launch_field_are_refused_at_that_field() ->
     """Shell metacharacters in each numeric, launcher or free-flags field: no command is built, and the
     problem is shown at that field.
     """
-    from lr_tui.launch_form import FIELDS, evaluate
+    from lr_tui._launch_form import FIELDS, evaluate
 
     literal = {"policy_path", "dataset_repo_id", "dataset_root", "output_dir"}
     refused = [f.key for f in FIELDS if not f.options and f.key not in literal]

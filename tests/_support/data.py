@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def demo_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small state-only demo dataset (12 episodes)."""
-    from lr_engine.data.demo import make_demo_dataset
+    from lr_engine import make_demo_dataset
 
     return make_demo_dataset(tmp_path_factory.mktemp("ds") / "demo", num_episodes=12)
 
@@ -18,7 +18,7 @@ def demo_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def image_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small demo dataset with a 32x32 camera (4 episodes)."""
-    from lr_engine.data.demo import make_demo_dataset
+    from lr_engine import make_demo_dataset
 
     return make_demo_dataset(tmp_path_factory.mktemp("ds") / "demo_img", num_episodes=4, with_images=True)
 

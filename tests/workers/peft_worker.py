@@ -21,10 +21,10 @@ from lr_checkpoint import gather_model_state_dict
 from lr_config import parse_train_config
 from safetensors.torch import load_file
 
-from lr_engine.adapters import load_adapter_policy
-from lr_engine.checkpointing import write_final_model
-from lr_engine.parallel.dist import finish, init_distributed
-from lr_engine.train import banner, build_run, loop, start_files
+from lr_engine._adapters import load_adapter_policy
+from lr_engine._checkpointing import write_final_model
+from lr_engine._parallel.dist import finish, init_distributed
+from lr_engine._train import banner, build_run, loop, start_files
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 from lr_config import parse_train_config
 from torch.distributed.tensor import DTensor
 
-from lr_engine.parallel.dist import finish, init_distributed
-from lr_engine.train import build_run
+from lr_engine._parallel.dist import finish, init_distributed
+from lr_engine._train import build_run
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """ACT runs for the loop benchmarks: the engine's loop and a bare hand-written loop.
 
-Both build the same policy (`lr_engine.policies.make_policy`, same seed and config), read
+Both build the same policy (`lr_engine._policies.make_policy`, same seed and config), read
 the same demo dataset through the same normalizer, with the same batch size, the same
 AdamW settings (the engine's `make_optimizer` hyper-parameters, foreach) and the same
 global-norm clipping, on the same layout (single, DDP, or FSDP2 with the policy's
@@ -68,7 +68,7 @@ def context_for(layout: str, cfg: Any) -> Any:
         return _contexts[layout]
     import torch.distributed as dist
     from lr_config import validate
-    from lr_engine.parallel.dist import DistContext, best_device, init_distributed, launcher_world
+    from lr_engine._parallel.dist import DistContext, best_device, init_distributed, launcher_world
     from torch.distributed.device_mesh import init_device_mesh
 
     if not dist.is_initialized():
@@ -115,8 +115,8 @@ def engine_windows(metrics_path: Path) -> EngineResult:
 
 def run_engine(flags: list[str], layout: str, output_dir: Path) -> EngineResult | None:
     """One engine run on every rank; the main rank returns its windows, others None."""
-    from lr_engine.parallel.dist import barrier
-    from lr_engine.train import train
+    from lr_engine._parallel.dist import barrier
+    from lr_engine._train import train
 
     cfg = train_config([*flags, *LAYOUT_FLAGS[layout], f"--output_dir={output_dir}"])
     ctx = context_for(layout, cfg)
@@ -134,7 +134,7 @@ def run_engine(flags: list[str], layout: str, output_dir: Path) -> EngineResult 
 
 def _bare_model(cfg: Any, ctx: Any, policy: Any) -> Any:
     import torch
-    from lr_engine.policies.act import ACTDecoderLayer, ACTEncoderLayer
+    from lr_engine._policies.act import ACTDecoderLayer, ACTEncoderLayer
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -153,8 +153,8 @@ def _bare_model(cfg: Any, ctx: Any, policy: Any) -> Any:
 
 def _bare_loader(cfg: Any, ctx: Any) -> tuple[Any, Any]:
     import torch
-    from lr_engine.data.dataset import LeRobotDataset, load_meta, resolve_dataset_root
-    from lr_engine.processors import make_processors
+    from lr_engine._data.dataset import LeRobotDataset, load_meta, resolve_dataset_root
+    from lr_engine._processors import make_processors
 
     root = resolve_dataset_root(cfg.dataset, create_demo=False)
     dataset = LeRobotDataset(root, action_horizon=cfg.policy.chunk_size)
@@ -195,8 +195,8 @@ class BareLoop:
 
     def __init__(self, flags: list[str], layout: str) -> None:
         import torch
-        from lr_engine.data.dataset import load_meta, resolve_dataset_root
-        from lr_engine.policies.base import make_policy
+        from lr_engine._data.dataset import load_meta, resolve_dataset_root
+        from lr_engine._policies.base import make_policy
 
         cfg = train_config([*flags, *LAYOUT_FLAGS[layout]])
         self.ctx = ctx = context_for(layout, cfg)
@@ -237,7 +237,7 @@ class BareResult:
 def run_bare(flags: list[str], layout: str) -> BareResult | None:
     """The bare loop alone, timed in windows; the main rank returns them, others None."""
     import torch
-    from lr_engine.parallel.dist import barrier
+    from lr_engine._parallel.dist import barrier
 
     bare = BareLoop(flags, layout)
     ctx, cfg = bare.ctx, bare.cfg
@@ -297,8 +297,8 @@ def run_paired(flags: list[str], layout: str, output_dir: Path) -> PairedResult 
     and are the bare loop's time for the same window. The main rank returns the windows
     after the first, others None.
     """
-    from lr_engine.parallel.dist import barrier
-    from lr_engine.train import build_run, loop, start_files
+    from lr_engine._parallel.dist import barrier
+    from lr_engine._train import build_run, loop, start_files
 
     bare = BareLoop(flags, layout)
     cfg = train_config([*flags, *LAYOUT_FLAGS[layout], f"--output_dir={output_dir}"])

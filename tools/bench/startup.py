@@ -38,7 +38,7 @@ IMPORT_CODE = (
 TUI_CODE = """\
 import os, time
 t0 = time.perf_counter()
-from lr_tui.app import LrApp
+from lr_tui._app import LrApp
 t1 = time.perf_counter()
 
 class FirstFrame(LrApp):
@@ -119,7 +119,7 @@ def _section(s: dict[str, list[Any]], repeats: int) -> str:
         ["`import lr_config`, inside the process", C.spread(imp_wall), C.spread(imp_cpu), f"< {IMPORT_TARGET}", C.verdict(C.median(imp_wall) < IMPORT_TARGET)],
         ["`python -c 'import lr_config'` process (`python -c pass`: " + C.spread(s["python -c pass"]) + ")", C.spread(proc_wall), "-", "-", ""],
         ["lr-tui: Popen to first frame (`Ready`)", C.spread(tui), C.spread(tui_cpu), f"< {TUI_TARGET}", C.verdict(C.median(tui) < TUI_TARGET)],
-        ["lr-tui: of which `from lr_tui.app import LrApp`", C.spread(tui_import), "-", "-", ""],
+        ["lr-tui: of which `from lr_tui._app import LrApp`", C.spread(tui_import), "-", "-", ""],
         ["lr-tui: of which import end to first frame", C.spread(tui_frame), "-", "-", ""],
         ["`lr-engine train`: Popen to first step logged, fresh", C.spread([w for w, _ in fresh]), C.spread([c for _, c in fresh]), "-", ""],
         ["`lr-engine train`: Popen to first step logged, resumed", C.spread([w for w, _ in resumed]), C.spread([c for _, c in resumed]), "-", ""],

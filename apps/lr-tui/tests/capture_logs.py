@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from real_runs import TINY, launch, log_text, make_tiny_dataset, quiet_env, wait_for_log, worker_pid  # noqa: E402
 
 from lr_config import LaunchSpec, build_launch, parse_train_config  # noqa: E402
-from lr_tui.cli_tasks import resolve_executable, with_rank_logs  # noqa: E402
-from lr_tui.resume_plan import last_checkpoint, plan_resume  # noqa: E402
-from lr_tui.run_control import liveness, read_launch_record, send_stop  # noqa: E402
+from lr_tui._cli_tasks import resolve_executable, with_rank_logs  # noqa: E402
+from lr_tui._resume_plan import last_checkpoint, plan_resume  # noqa: E402
+from lr_tui._run_control import liveness, read_launch_record, send_stop  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 FOREVER = "--steps=100000"
@@ -92,7 +92,7 @@ def stop_resume(ds: Path, out: Path) -> str:
     steps = int(step_dir.name) + 3
     plan = plan_resume(LaunchSpec(nproc_per_node=1), step_dir, ["--parallelism.dp_replicate=1", "--parallelism.dp_shard=1", f"--steps={steps}"], out)
     assert plan.argv is not None, plan.problems
-    from lr_tui.cli_tasks import start_training
+    from lr_tui._cli_tasks import start_training
 
     start_training(plan.argv, out, extra_env={"OMP_NUM_THREADS": "1"}).wait(timeout=240)
     return log_text(out)

@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 
 from lr_config import LaunchSpec, build_launch, parse_train_config
-from lr_tui.cli_tasks import LAUNCH_LOG, start_training, with_rank_logs
-from lr_tui.procs import descendants, signal_group
+from lr_tui._cli_tasks import LAUNCH_LOG, start_training, with_rank_logs
+from lr_tui._procs import descendants, signal_group
 
 TINY = ["--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--batch_size=8", "--log_freq=5"]
 
 
 def make_tiny_dataset(root: Path) -> Path:
     """The demo dataset with 4 episodes, made in a subprocess (this process never imports torch)."""
-    code = "import sys; from lr_engine.data.demo import make_demo_dataset; make_demo_dataset(sys.argv[1], num_episodes=4)"
+    code = "import sys; from lr_engine import make_demo_dataset; make_demo_dataset(sys.argv[1], num_episodes=4)"
     subprocess.run([sys.executable, "-c", code, str(root)], check=True, timeout=300, env=quiet_env())
     return root
 

@@ -10,9 +10,9 @@ import pytest
 from tui_support import app_ready, make_checkpoint, point_last, wait_until
 
 from lr_config import LaunchSpec, build_resume_launch, format_command
-from lr_tui.app import LrApp
-from lr_tui.views import checkpoints as checkpoints_view
-from lr_tui.widgets.text_panel import TextPanel
+from lr_tui._app import LrApp
+from lr_tui._views import checkpoints as checkpoints_view
+from lr_tui._widgets.text_panel import TextPanel
 
 pytestmark = pytest.mark.asyncio
 SIZE = (100, 30)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from real_runs import TINY, end, launch, log_text, wait_for_log, worker_pid
 
-from lr_tui.events import Event, parse_lines
-from lr_tui.log_filter import LogFilter
+from lr_tui._events import Event, parse_lines
+from lr_tui._log_filter import LogFilter
 
 DATA = Path(__file__).parent / "data"
 

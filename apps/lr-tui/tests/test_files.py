@@ -10,12 +10,12 @@ import pytest
 from tui_support import make_checkpoint, metrics_line, point_last, write_run_status, write_weights
 
 from lr_config import RunStatus
-from lr_tui import cli_tasks
-from lr_tui.checkpoint_scan import checkpoint_details, scan_checkpoints
-from lr_tui.metrics_tail import JsonlTail, MetricsTail
-from lr_tui.run_info import eta_seconds, log_tail, summarize_run
-from lr_tui.safetensors_header import HeaderError, read_header, summarize_tensors
-from lr_tui.series import downsample, format_bytes, format_duration
+from lr_tui import _cli_tasks as cli_tasks
+from lr_tui._checkpoint_scan import checkpoint_details, scan_checkpoints
+from lr_tui._metrics_tail import JsonlTail, MetricsTail
+from lr_tui._run_info import eta_seconds, log_tail, summarize_run
+from lr_tui._safetensors_header import HeaderError, read_header, summarize_tensors
+from lr_tui._series import downsample, format_bytes, format_duration
 
 
 def test_tail_keeps_a_partial_line_for_the_next_read(tmp_path):
@@ -161,7 +161,7 @@ def test_start_training_runs_detached_records_the_launch_and_stop_signals_its_wh
     import signal
     import time
 
-    from lr_tui.run_control import liveness, read_launch_record, send_stop
+    from lr_tui._run_control import liveness, read_launch_record, send_stop
 
     log = tmp_path / "logs" / "launch.log"
     proc = cli_tasks.start_training([sys.executable, "-c", GROUP_OF_TWO, CHILD], tmp_path)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tui_support import FixedHardware, app_ready, wait_until
 
-from lr_tui import hardware
-from lr_tui.app import LrApp
-from lr_tui.hardware import HostHardware, parse_meminfo, parse_proc_stat
+from lr_tui import _hardware as hardware
+from lr_tui._app import LrApp
+from lr_tui._hardware import HostHardware, parse_meminfo, parse_proc_stat
 
 NVIDIA_SMI = """\
 #!{python}

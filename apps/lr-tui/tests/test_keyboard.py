@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tui_support import app_ready, wait_until
 
-from lr_tui.app import LrApp
-from lr_tui.screens.help import HelpScreen
+from lr_tui._app import LrApp
+from lr_tui._screens.help import HelpScreen
 
 pytestmark = pytest.mark.asyncio
 

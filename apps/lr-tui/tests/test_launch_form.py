@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lr_config import LaunchSpec, build_launch, format_command, parse_train_config
 
-from lr_tui.launch_form import GENERAL, default_output_dir, default_values, evaluate, values_from_config
+from lr_tui._launch_form import GENERAL, default_output_dir, default_values, evaluate, values_from_config
 
 
 def _values(**changes: str) -> dict[str, str]:

@@ -12,11 +12,11 @@ import pytest
 from tui_support import app_ready, wait_until
 
 from lr_config import LaunchSpec, build_launch, format_command, parse_train_config
-from lr_tui import cli_tasks
-from lr_tui.app import LrApp
-from lr_tui.views.launch import LaunchView
-from lr_tui.widgets.form_row import FormRow
-from lr_tui.widgets.text_panel import TextPanel
+from lr_tui import _cli_tasks as cli_tasks
+from lr_tui._app import LrApp
+from lr_tui._views.launch import LaunchView
+from lr_tui._widgets.form_row import FormRow
+from lr_tui._widgets.text_panel import TextPanel
 
 pytestmark = pytest.mark.asyncio
 SIZE = (100, 30)
@@ -127,7 +127,7 @@ async def test_plan_is_debounced_runs_in_the_background_and_the_newest_wins():
 
 async def test_real_subprocess_plan_shows_the_cli_output():
     async def planner(argv: list[str]) -> tuple[int, str]:
-        from lr_tui.views.launch import run_plan
+        from lr_tui._views.launch import run_plan
 
         # the same runner the app uses, on a stand-in for lr_engine.cli (the real one takes
         # seconds to import torch); the argv tail is the real dry-run flags

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from tui_support import app_ready, metrics_line, wait_until, write_metrics, write_run_status
 
-from lr_tui.app import LrApp
-from lr_tui.views.monitor import MonitorView
-from lr_tui.widgets.metric_chart import MetricChart
-from lr_tui.widgets.text_panel import TextPanel
+from lr_tui._app import LrApp
+from lr_tui._views.monitor import MonitorView
+from lr_tui._widgets.metric_chart import MetricChart
+from lr_tui._widgets.text_panel import TextPanel
 
 pytestmark = pytest.mark.asyncio
 SIZE = (100, 30)

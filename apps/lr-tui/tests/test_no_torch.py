@@ -11,7 +11,7 @@ VISIT_EVERY_VIEW = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from lr_tui.app import LrApp
+    from lr_tui._app import LrApp
 
     async def main():
         app = LrApp(Path(sys.argv[1]), plan_runner=None, poll_interval=0.05)

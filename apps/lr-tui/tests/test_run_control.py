@@ -17,10 +17,10 @@ import pytest
 from real_runs import TINY, end
 from tui_support import app_ready, wait_until
 
-from lr_tui.app import LrApp
-from lr_tui.screens.prompt import ChoicePrompt
-from lr_tui.screens.resume import ResumeScreen
-from lr_tui.widgets.text_panel import TextPanel
+from lr_tui._app import LrApp
+from lr_tui._screens.prompt import ChoicePrompt
+from lr_tui._screens.resume import ResumeScreen
+from lr_tui._widgets.text_panel import TextPanel
 
 pytestmark = pytest.mark.asyncio
 SIZE = (100, 30)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tui_support import FixedHardware, app_ready, sample_planner, wait_until, write_run_status
 
-from lr_tui.app import LrApp
+from lr_tui._app import LrApp
 
 HERE = Path(__file__).parent
 

@@ -213,7 +213,7 @@ class FixedHardware:
         self.calls = 0
 
     def sample(self):  # type: ignore[no-untyped-def]
-        from lr_tui.hardware import GpuSample, HardwareSample
+        from lr_tui._hardware import GpuSample, HardwareSample
 
         self.calls += 1
         gib = 2**30

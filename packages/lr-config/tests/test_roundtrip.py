@@ -39,7 +39,7 @@ from lr_config import (
     to_dict,
     validate,
 )
-from lr_config.configs import (
+from lr_config import (
     AcceleratorConfig,
     DatasetConfig,
     DDPConfig,

@@ -10,10 +10,10 @@ import pytest
 import torch
 from lr_config import ConfigError, DatasetConfig, FeatureSpec
 
-from lr_engine.data.dataset import DatasetError, LeRobotDataset, load_meta, resolve_dataset_root
-from lr_engine.data.demo import make_demo_dataset
-from lr_engine.data.sampler import DataPosition, GlobalOrderBatchSampler, resume_position
-from lr_engine.processors import Normalizer, load_processors, make_processors, save_processors
+from lr_engine._data.dataset import DatasetError, LeRobotDataset, load_meta, resolve_dataset_root
+from lr_engine import make_demo_dataset
+from lr_engine._data.sampler import DataPosition, GlobalOrderBatchSampler, resume_position
+from lr_engine._processors import Normalizer, load_processors, make_processors, save_processors
 
 
 def test_demo_layout_matches_lerobot_v3(demo_dataset):

@@ -5,8 +5,8 @@ import torch
 from lr_config import ACTConfig, ConfigError, FeatureSpec, FSDPConfig, MLPConfig
 from torch import nn
 
-from lr_engine.parallel.wrap import check_tied_parameters, choose_units
-from lr_engine.policies import load_pretrained, make_policy, save_pretrained
+from lr_engine._parallel.wrap import check_tied_parameters, choose_units
+from lr_engine._policies import load_pretrained, make_policy, save_pretrained
 
 INPUTS = {
     "observation.state": FeatureSpec("STATE", [2]),

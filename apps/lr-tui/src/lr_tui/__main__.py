@@ -1,3 +1,3 @@
-from .app import main
+from ._app import main
 
 main()

@@ -12,7 +12,7 @@ torch.
     'fsdp2'
 """
 
-from .configs import (
+from ._configs import (
     CHECKPOINT_FORMATS,
     DEMO_REPO_ID,
     POLICY_TYPES,
@@ -37,9 +37,9 @@ from .configs import (
     TrackioConfig,
     TrainConfig,
 )
-from .env_guard import ALLOW_ENV, check_accelerate_env, refused_accelerate_vars
-from .errors import ConfigError, did_you_mean
-from .files import (
+from ._env_guard import ALLOW_ENV, check_accelerate_env, refused_accelerate_vars
+from ._errors import ConfigError, did_you_mean
+from ._files import (
     FILES_VERSION,
     Checksums,
     FileDigest,
@@ -54,12 +54,12 @@ from .files import (
     save_run_status,
     save_training_step,
 )
-from .flags import all_flag_paths, format_help, parse_train_config, split_flags
-from .launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
-from .resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact
-from .serde import from_dict, load_json, make_converter, save_json, to_dict
-from .topology import Topology, banner_line, effective_batch, resolve_topology
-from .validate import check_repo_id, validate
+from ._flags import all_flag_paths, format_help, parse_train_config, split_flags
+from ._launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
+from ._resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact
+from ._serde import from_dict, load_json, make_converter, save_json, to_dict
+from ._topology import Topology, banner_line, effective_batch, resolve_topology
+from ._validate import check_repo_id, validate
 
 __all__ = [
     "ALLOW_ENV",

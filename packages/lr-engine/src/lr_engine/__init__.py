@@ -1,6 +1,7 @@
 """lr-engine: policies, datasets and one training loop for every layout.
 
-Public API (everything else, including the submodules' other names, is implementation):
+Public API, the names in `__all__` (the underscore submodules are implementation; `cli` is
+the `lr-engine` command):
 
 - `train(cfg, ctx)` / `init_distributed(cfg)`: what `lr-engine train` runs on every rank;
 - `plan_lines(cfg, world_size)`: the `--dry_run` plan as text;
@@ -16,28 +17,28 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .adapters import load_adapter_policy
-    from .data.dataset import LeRobotDataset, resolve_dataset_root
-    from .data.demo import make_demo_dataset
-    from .parallel.dist import init_distributed
-    from .plan import plan_lines
-    from .policies import Policy, load_pretrained, make_policy, save_pretrained
-    from .processors import load_processors
-    from .train import train
+    from ._adapters import load_adapter_policy
+    from ._data.dataset import LeRobotDataset, resolve_dataset_root
+    from ._data.demo import make_demo_dataset
+    from ._parallel.dist import init_distributed
+    from ._plan import plan_lines
+    from ._policies import Policy, load_pretrained, make_policy, save_pretrained
+    from ._processors import load_processors
+    from ._train import train
 
 _HOME = {
-    "load_adapter_policy": ".adapters",
-    "LeRobotDataset": ".data.dataset",
-    "resolve_dataset_root": ".data.dataset",
-    "make_demo_dataset": ".data.demo",
-    "init_distributed": ".parallel.dist",
-    "plan_lines": ".plan",
-    "Policy": ".policies",
-    "load_pretrained": ".policies",
-    "make_policy": ".policies",
-    "save_pretrained": ".policies",
-    "load_processors": ".processors",
-    "train": ".train",
+    "load_adapter_policy": "._adapters",
+    "LeRobotDataset": "._data.dataset",
+    "resolve_dataset_root": "._data.dataset",
+    "make_demo_dataset": "._data.demo",
+    "init_distributed": "._parallel.dist",
+    "plan_lines": "._plan",
+    "Policy": "._policies",
+    "load_pretrained": "._policies",
+    "make_policy": "._policies",
+    "save_pretrained": "._policies",
+    "load_processors": "._processors",
+    "train": "._train",
 }
 
 __all__ = [
@@ -62,5 +63,5 @@ def __getattr__(name: str) -> Any:
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(_HOME[name], __name__), name)
-    globals()[name] = value  # `train` is also a submodule: its import must not shadow the function
+    globals()[name] = value
     return value

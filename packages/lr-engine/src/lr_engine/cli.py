@@ -52,13 +52,13 @@ def run(argv: list[str]) -> int:
         # 2 in a fraction of a second; the launched world is checked in init_distributed.
         validate(cfg)
         if cfg.dry_run:
-            from .plan import dry_run
+            from ._plan import dry_run
 
             return dry_run(cfg)
-        from .parallel.dist import init_distributed
+        from ._parallel.dist import init_distributed
 
         ctx = init_distributed(cfg)
-        from .train import train
+        from ._train import train
 
         train(cfg, ctx)
     except ConfigError as exc:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     code = run(sys.argv[1:] if argv is None else argv)
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
-        from .parallel.dist import abort, finish
+        from ._parallel.dist import abort, finish
 
         if code == 0:
             finish(0)

@@ -1,0 +1,186 @@
+"""`lr-tui [OUTPUT_DIR ...]`: build launches, watch and control runs, browse checkpoints.
+
+Five views in tabs (keys 1-5): Launch, Monitor, Checkpoints, Logs, Hardware; `?` shows
+every key and ctrl+p the command palette. Opening with OUTPUT_DIRs lists them in the
+Monitor (a launch from an earlier session reattaches) and watches the first. The app never
+imports torch: it reads files and /proc and runs lr's CLIs as subprocesses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.css.query import NoMatches
+from textual.lazy import Lazy
+from textual.screen import Screen
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from lr_config import LaunchSpec
+
+from ._hardware import HardwareSource, HostHardware
+from ._keymap import APP_BINDINGS
+from ._screens.help import HelpScreen
+from ._views.checkpoints import CheckpointsView
+from ._views.hardware import HardwareView
+from ._views.launch import LaunchView, PlanRunner, run_plan
+from ._views.logs import LogView
+from ._views.monitor import MonitorView
+
+__all__ = ["LrApp", "main"]
+
+VIEWS = ("launch", "monitor", "checkpoints", "logs", "hardware")
+
+
+class LrApp(App[None]):
+    CSS_PATH = Path(__file__).with_name("app.tcss")
+    TITLE = "lr"
+    BINDINGS = APP_BINDINGS
+    AUTO_FOCUS = "#launch-form, #runs"
+    """The main widget of the first view (only that view is mounted at first): one focus
+    change at start, where each costs a restyle. Modal screens set their own."""
+
+    launch_view: LaunchView
+    monitor_view: MonitorView
+    checkpoints_view: CheckpointsView
+    log_view: LogView
+    hardware_view: HardwareView
+
+    def __init__(
+        self,
+        run_dir: Path | list[Path] | None = None,
+        *,
+        plan_runner: PlanRunner | None = run_plan,
+        plan_delay: float = 0.5,
+        poll_interval: float = 0.5,
+        stop_grace: float = 30.0,
+        hardware: HardwareSource | None = None,
+        hardware_interval: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.run_dirs = [run_dir] if isinstance(run_dir, Path) else list(run_dir or [])
+        self.run_dir = self.run_dirs[0] if self.run_dirs else None
+        self.plan_runner = plan_runner
+        self.plan_delay = plan_delay
+        self.poll_interval = poll_interval
+        self.stop_grace = stop_grace
+        self.hardware = hardware or HostHardware()
+        self.hardware_interval = hardware_interval
+
+    def compose(self) -> ComposeResult:
+        self.launch_view = LaunchView(plan_runner=self.plan_runner, plan_delay=self.plan_delay, stop_grace=self.stop_grace, id="launch-view")
+        self.monitor_view = MonitorView(
+            poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self._resume_context()[0], id="monitor-view"
+        )
+        self.checkpoints_view = CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
+        self.log_view = LogView(id="log-view")
+        self.hardware_view = HardwareView(self.hardware, interval=self.hardware_interval, id="hardware-view")
+        initial = "monitor" if self.run_dir else "launch"
+        panes = {
+            "launch": ("1 Launch", self.launch_view),
+            "monitor": ("2 Monitor", self.monitor_view),
+            "checkpoints": ("3 Checkpoints", self.checkpoints_view),
+            "logs": ("4 Logs", self.log_view),
+            "hardware": ("5 Hardware", self.hardware_view),
+        }
+        with TabbedContent(initial=initial, id="views"):
+            for pane_id, (title, view) in panes.items():
+                with TabPane(title, id=pane_id):
+                    # the hidden views mount after the first frame: a faster start
+                    yield view if pane_id == initial else Lazy(view)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for run_dir in reversed(self.run_dirs):  # the first one ends up watched
+            self.open_run(run_dir)
+
+    def _resume_context(self) -> tuple[LaunchSpec | None, list[str]]:
+        return self.launch_view.resume_context()
+
+    def open_run(self, run_dir: Path, process: subprocess.Popen[bytes] | None = None) -> None:
+        """List and watch `run_dir` in the Monitor; the other views follow (`RunSelected`)."""
+        self.monitor_view.open_run(run_dir, process)
+        if not self.monitor_view.is_mounted:
+            self._follow_run(run_dir)
+
+    def _follow_run(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.checkpoints_view.open_run(run_dir)
+        self.log_view.show_run(run_dir)
+
+    def on_monitor_view_run_selected(self, event: MonitorView.RunSelected) -> None:
+        self._follow_run(event.run_dir)
+
+    def on_monitor_view_log_update(self, event: MonitorView.LogUpdate) -> None:
+        if event.run_dir == self.run_dir:
+            self.log_view.add(event.read)
+
+    def on_monitor_view_show_log(self, event: MonitorView.ShowLog) -> None:
+        self.action_show_view("logs")
+        self.log_view.go_to_last_error()
+
+    def on_launch_view_launched(self, event: LaunchView.Launched) -> None:
+        self.open_run(event.output_dir, event.process)
+        if event.process is not None:
+            self.action_show_view("monitor")
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "checkpoints" and self.checkpoints_view.is_mounted:
+            self.checkpoints_view.action_refresh()
+        self.call_after_refresh(self._focus_active_view)
+
+    def _focus_active_view(self) -> None:
+        active = self.query_one("#views", TabbedContent).active
+        views: dict[str, LaunchView | MonitorView | CheckpointsView | LogView | HardwareView] = {
+            "launch": self.launch_view,
+            "monitor": self.monitor_view,
+            "checkpoints": self.checkpoints_view,
+            "logs": self.log_view,
+            "hardware": self.hardware_view,
+        }
+        try:
+            views[active].focus_main()
+        except NoMatches:  # a lazy view mounts (with its children) right after the first frame
+            self.call_after_refresh(self._focus_active_view)
+
+    def action_show_view(self, view: str) -> None:
+        self.query_one("#views", TabbedContent).active = view
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_leave_field(self) -> None:
+        self._focus_active_view()
+
+    def action_open_run(self) -> None:
+        self.action_show_view("monitor")
+        self.monitor_view.action_open_run()
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Launch view", "Build and run a training launch (1)", lambda: self.action_show_view("launch"))
+        yield SystemCommand("Monitor view", "Live metrics of a run (2)", lambda: self.action_show_view("monitor"))
+        yield SystemCommand("Checkpoints view", "Browse, convert, verify, publish checkpoints (3)", lambda: self.action_show_view("checkpoints"))
+        yield SystemCommand("Logs view", "The watched run's combined log, its events, filter and search (4)", lambda: self.action_show_view("logs"))
+        yield SystemCommand("Hardware view", "CPU, RAM and GPU use of this host (5)", lambda: self.action_show_view("hardware"))
+        yield SystemCommand("Stop run", "Stop the watched run: SIGINT, then SIGTERM after the grace (x)", self.monitor_view.action_stop_run)
+        yield SystemCommand("Resume run", "Resume the watched run from checkpoints/last (r)", self.monitor_view.action_resume_run)
+        yield SystemCommand("Open run folder", "Watch a run's output dir", self.action_open_run)
+        yield SystemCommand("Copy launch command", "Copy the command preview (ctrl+y)", self.launch_view.action_copy_command)
+        yield SystemCommand("Run launch", "Start the command, or save the Slurm script (ctrl+r)", self.launch_view.action_run)
+        yield SystemCommand("Save preset", "Save the settings as a TrainConfig JSON (ctrl+s)", self.launch_view.action_save_preset)
+        yield SystemCommand("Load preset", "Load a TrainConfig JSON into the form (ctrl+o)", self.launch_view.action_load_preset)
+        yield SystemCommand("Keys", "Show every key (?)", self.action_help)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="lr-tui", description=__doc__.splitlines()[0])
+    parser.add_argument("output_dir", nargs="*", type=Path, help="run folders to list in the Monitor (the first is watched)")
+    parser.add_argument("--stop-grace", type=float, default=30.0, help="seconds from SIGINT to SIGTERM when stopping a run (default 30)")
+    args = parser.parse_args(argv)
+    LrApp(args.output_dir, stop_grace=args.stop_grace).run()

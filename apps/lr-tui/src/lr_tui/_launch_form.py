@@ -1,0 +1,309 @@
+"""The Launch form as data: which fields exist, and what a set of field values means.
+
+`evaluate(values)` turns the form's text values into a `LaunchPlan`: the `LaunchSpec`, the
+`TrainConfig`, the exact command preview (`format_command(build_launch(spec, cfg))` with, once
+the output dir is known, the per-rank log options of `cli_tasks.with_rank_logs`; or the
+Slurm script), the effective-batch line, and lr-config's problem lines routed to the field
+whose flag they name. It never raises and imports no torch; the view calls it on every
+keystroke, so it only parses and validates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from lr_config import (
+    CHECKPOINT_FORMATS,
+    POLICY_TYPES,
+    ConfigError,
+    LaunchSpec,
+    Topology,
+    TrainConfig,
+    build_launch,
+    build_slurm_script,
+    config_to_flags,
+    effective_batch,
+    format_command,
+    parse_train_config,
+    resolve_topology,
+    split_flags,
+    to_dict,
+    validate,
+)
+
+from ._cli_tasks import with_rank_logs
+
+__all__ = [
+    "FIELDS",
+    "FormField",
+    "LaunchPlan",
+    "default_output_dir",
+    "default_values",
+    "evaluate",
+    "route_problem",
+    "values_from_config",
+]
+
+GENERAL = ""
+"""Key of the problems that name no form field."""
+
+
+@dataclass(frozen=True)
+class FormField:
+    key: str
+    label: str
+    flag: str | None = None
+    """The train flag path (`a.b`) this field sets; None for launcher settings."""
+    options: tuple[tuple[str, str], ...] = ()
+    """(label, value) choices: the field is a select when given."""
+    placeholder: str = ""
+
+
+_LAUNCHERS = (("torchrun", "torchrun"), ("accelerate launch", "accelerate"), ("Slurm script", "slurm"))
+_PRECISIONS = (("no", "no"), ("bf16", "bf16"), ("fp16", "fp16"))
+
+FIELDS: tuple[FormField, ...] = (
+    FormField("launcher", "launcher", options=_LAUNCHERS),
+    FormField("nnodes", "nodes"),
+    FormField("node_rank", "node rank"),
+    FormField("nproc_per_node", "procs/node"),
+    FormField("rdzv_endpoint", "rendezvous", placeholder="HOST:PORT of node 0"),
+    FormField("policy_type", "policy type", "policy.type", tuple((t, t) for t in POLICY_TYPES)),
+    FormField("policy_path", "policy path", "policy.path", placeholder="saved policy to fine-tune"),
+    FormField("dataset_repo_id", "dataset id", "dataset.repo_id"),
+    FormField("dataset_root", "dataset root", "dataset.root", placeholder="local dataset folder"),
+    FormField("steps", "steps", "steps"),
+    FormField("batch_size", "batch size", "batch_size"),
+    FormField("grad_accum", "grad accum", "accelerator.gradient_accumulation.steps"),
+    FormField("lr", "lr", "optimizer.lr"),
+    FormField("mixed_precision", "precision", "accelerator.mixed_precision", _PRECISIONS),
+    FormField("dp_replicate", "dp_replicate", "parallelism.dp_replicate", placeholder="auto"),
+    FormField("dp_shard", "dp_shard", "parallelism.dp_shard", placeholder="auto (-1 infers)"),
+    FormField("checkpoint_format", "ckpt format", "checkpoint_format", tuple((f, f) for f in CHECKPOINT_FORMATS)),
+    FormField("peft_method", "PEFT", "peft.method_type", (("none", ""), ("LoRA", "LORA"))),
+    FormField("peft_r", "LoRA r", "peft.r"),
+    FormField("output_dir", "output dir", "output_dir", placeholder="outputs/train/<date>/<time>_<job>"),
+    FormField("extra", "more flags", placeholder="--a.b=c ..."),
+)
+
+_BY_KEY = {f.key: f for f in FIELDS}
+_FIELD_OF_FLAG = {f.flag: f.key for f in FIELDS if f.flag}
+_SPEC_FIELDS = ("nnodes", "node_rank", "nproc_per_node", "rdzv_endpoint", "launcher")
+_LEADING_FLAGS = re.compile(r"^--([\w.]+)(?:=\S*)?(?:\s+(?:x|and)\s+--([\w.]+))?")
+
+
+@dataclass
+class LaunchPlan:
+    """What the form means right now."""
+
+    mode: str
+    spec: LaunchSpec | None = None
+    cfg: TrainConfig | None = None
+    topology: Topology | None = None
+    argv: list[str] | None = None
+    """The launch argv (None in Slurm mode or when invalid)."""
+    preview: str = ""
+    """The exact command (or Slurm script); empty while the settings are invalid."""
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    """Field key -> lr-config's lines for it; GENERAL for lines that name no field. A line
+    naming several fields (`--parallelism.dp_replicate x --parallelism.dp_shard = ...`) is
+    shown once, at the last of them; the others are only marked."""
+    marked: set[str] = field(default_factory=set)
+    """Fields named by a problem shown at another field."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def add(self, lines: list[str], key: str | None = None) -> None:
+        """Record problem lines at `key`, or at the field(s) each line names."""
+        for line in lines:
+            keys = [key] if key is not None else route_problem(line)
+            self.problems.setdefault(keys[-1], []).append(line)
+            self.marked.update(keys[:-1])
+
+    def fields_with_problems(self) -> list[str]:
+        """Labels of the fields with problems, in form order ('settings' for general ones)."""
+        keys = set(self.problems) | self.marked
+        labels = [f.label for f in FIELDS if f.key in keys]
+        return labels + (["settings"] if GENERAL in keys else [])
+
+    def batch_line(self) -> str:
+        """`batch 8 x dp_world 4 x grad_accum 2 = 64 effective` and the layout, or why there is none."""
+        if self.cfg is None or self.topology is None:
+            return "effective batch: fix the settings first"
+        cfg, topo = self.cfg, self.topology
+        return (
+            f"batch {cfg.batch_size} x dp_world {topo.dp_world_size} x grad_accum {cfg.grad_accum_steps}"
+            f" = {effective_batch(cfg, topo)} effective\n{topo.describe()}"
+        )
+
+    def dry_run_flags(self) -> list[str] | None:
+        """`--dry_run=true --world_size=N <flags>` for `lr-engine train`, or None while invalid."""
+        if self.cfg is None or self.spec is None or not self.ok:
+            return None
+        return ["--dry_run=true", f"--world_size={self.spec.world_size}", *config_to_flags(self.cfg)]
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (str, Path)):
+        return str(value)
+    return json.dumps(value)
+
+
+def _flat(data: dict[str, object], prefix: str = "") -> dict[str, object]:
+    """Every setting by its dotted flag path (groups included)."""
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        out[f"{prefix}{key}"] = value
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+    return out
+
+
+def values_from_config(cfg: TrainConfig, spec: LaunchSpec | None = None, mode: str | None = None) -> dict[str, str]:
+    """Field values that reproduce `cfg` (and `spec`); flags without a field go to 'more flags'."""
+    spec = spec or LaunchSpec()
+    flat = _flat(to_dict(cfg))
+    values = {f.key: _text(flat.get(f.flag)) for f in FIELDS if f.flag}
+    values.update(
+        launcher=mode or spec.launcher,
+        nnodes=str(spec.nnodes),
+        node_rank=str(spec.node_rank),
+        nproc_per_node=str(spec.nproc_per_node),
+        rdzv_endpoint=spec.rdzv_endpoint or "",
+    )
+    rest = [flag for flag in config_to_flags(cfg) if split_flag_path(flag) not in _FIELD_OF_FLAG]
+    values["extra"] = shlex.join(rest)
+    return values
+
+
+def default_values() -> dict[str, str]:
+    """The form as it opens: lr-config's defaults."""
+    return values_from_config(TrainConfig())
+
+
+def split_flag_path(flag: str) -> str:
+    return flag[2:].partition("=")[0]
+
+
+def route_problem(line: str) -> list[str]:
+    """Field keys a problem line belongs to, from the flag(s) it starts with."""
+    match = _LEADING_FLAGS.match(line)
+    if match:
+        flags = [g for g in match.groups() if g]
+        return sorted({_FIELD_OF_FLAG.get(flag, "extra") for flag in flags}, key=list(_BY_KEY).index)
+    head = line.partition(":")[0]
+    if head in _SPEC_FIELDS:
+        return [head]
+    return [GENERAL]
+
+
+def _spec(values: dict[str, str], plan: LaunchPlan) -> LaunchSpec | None:
+    numbers: dict[str, int] = {}
+    defaults = LaunchSpec()
+    for key in ("nnodes", "node_rank", "nproc_per_node"):
+        text = values.get(key, "").strip()
+        if not text:
+            numbers[key] = getattr(defaults, key)
+            continue
+        try:
+            numbers[key] = int(text)
+        except ValueError:
+            plan.add([f"{key}: expected an integer, got {text!r}"], key)
+    if len(numbers) < 3:
+        return None
+    spec = LaunchSpec(
+        launcher="accelerate" if values.get("launcher") == "accelerate" else "torchrun",
+        nnodes=numbers["nnodes"],
+        node_rank=numbers["node_rank"],
+        nproc_per_node=numbers["nproc_per_node"],
+        rdzv_endpoint=values.get("rdzv_endpoint", "").strip() or None,
+    )
+    try:
+        spec.check()
+    except ConfigError as exc:
+        plan.add(exc.problems)
+        return None
+    return spec
+
+
+def _train_flags(values: dict[str, str], plan: LaunchPlan) -> list[str] | None:
+    flags = [f"--{f.flag}={values[f.key].strip()}" for f in FIELDS if f.flag and values.get(f.key, "").strip()]
+    try:
+        extra = shlex.split(values.get("extra", ""))
+        extra_paths = split_flags(extra)
+    except (ValueError, ConfigError) as exc:
+        plan.add([f"more flags: {exc}"], "extra")
+        return None
+    twice = [p for p in extra_paths if p in _FIELD_OF_FLAG and values.get(_FIELD_OF_FLAG[p], "").strip()]
+    for path in twice:
+        label = _BY_KEY[_FIELD_OF_FLAG[path]].label
+        plan.add([f"--{path}: already set by the {label!r} field; remove it here"], "extra")
+    return None if twice else flags + extra
+
+
+def _config(flags: list[str], plan: LaunchPlan) -> TrainConfig | None:
+    try:
+        return parse_train_config(flags)
+    except ConfigError as exc:
+        plan.add(exc.problems)
+    except Exception as exc:  # half-typed flags must never take the app down
+        plan.add([f"more flags: lr-config could not parse these flags ({type(exc).__name__}: {exc})"], "extra")
+    return None
+
+
+def _build(plan: LaunchPlan, spec: LaunchSpec, cfg: TrainConfig) -> None:
+    """Validate for the launch and fill the preview (and argv), or record the problems."""
+    try:
+        validate(cfg, world_size=spec.world_size, nnodes=spec.nnodes)
+        if plan.mode == "slurm":
+            plan.preview = build_slurm_script(spec, cfg)
+        else:
+            plan.argv = build_launch(spec, cfg)
+            if cfg.output_dir is not None:
+                plan.argv = with_rank_logs(plan.argv, cfg.output_dir)
+            plan.preview = format_command(plan.argv)
+    except ConfigError as exc:
+        plan.add(exc.problems)
+
+
+def _resolved(spec: LaunchSpec, cfg: TrainConfig) -> Topology | None:
+    try:
+        return resolve_topology(cfg.parallelism, spec.world_size, spec.nnodes)
+    except ConfigError:
+        return None
+
+
+def evaluate(values: dict[str, str]) -> LaunchPlan:
+    """What the form values mean (see the module docstring). Never raises."""
+    plan = LaunchPlan(mode=values.get("launcher", "torchrun"))
+    plan.spec = _spec(values, plan)
+    flags = _train_flags(values, plan)
+    plan.cfg = _config(flags, plan) if flags is not None else None
+    if plan.cfg is None:
+        return plan
+    if plan.spec is None:
+        try:
+            validate(plan.cfg)
+        except ConfigError as exc:
+            plan.add(exc.problems)
+        return plan
+    plan.topology = _resolved(plan.spec, plan.cfg)
+    _build(plan, plan.spec, plan.cfg)
+    return plan
+
+
+def default_output_dir(cfg: TrainConfig, now: datetime) -> Path:
+    """`outputs/train/<date>/<time>_<job>`, as lr-engine names a run launched without --output_dir.
+
+    The TUI fills it in before launching, so that it knows which folder to monitor."""
+    job = cfg.job_name or cfg.policy.type_name
+    return Path("outputs") / "train" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S}_{job}"

@@ -1,0 +1,103 @@
+"""A run folder's status for the Monitor: `run.json`, the ETA, and the tail of its log.
+
+Reads only files (`<run>/run.json`, `<run>/logs/*.log`); never raises for a missing or
+half-written file, since the engine may be writing it at that moment.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from lr_config import ConfigError, RunStatus, load_run_status
+
+from ._procs import process
+from ._series import format_duration
+
+__all__ = ["RunSummary", "eta_seconds", "log_tail", "newest_log", "summarize_run"]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    state: str
+    """running, finished, failed, stopped, stale (running but its process is gone), or 'no run.json'."""
+    step: int = 0
+    steps: int = 0
+    eta: str = ""
+    error: str = ""
+
+    def line(self) -> str:
+        parts = [self.state]
+        if self.steps:
+            parts.append(f"step {self.step}/{self.steps} ({100 * self.step // self.steps}%)")
+        if self.eta:
+            parts.append(f"ETA {self.eta}")
+        return "   ".join(parts)
+
+
+def eta_seconds(status: RunStatus) -> float | None:
+    """Time left at the pace from `started` to `updated`; None when it cannot be told."""
+    if status.status != "running" or status.step <= 0 or status.steps <= status.step:
+        return None
+    try:
+        elapsed = (datetime.fromisoformat(status.updated) - datetime.fromisoformat(status.started)).total_seconds()
+    except ValueError:
+        return None
+    if elapsed <= 0:
+        return None
+    return elapsed / status.step * (status.steps - status.step)
+
+
+def _process_gone(status: RunStatus) -> bool:
+    if status.status != "running" or status.pid <= 0 or status.hostname != socket.gethostname():
+        return False
+    proc = process(status.pid)
+    return proc is None or not proc.alive
+
+
+def summarize_run(output_dir: Path) -> RunSummary:
+    path = Path(output_dir) / "run.json"
+    if not path.exists():
+        return RunSummary(state="no run.json yet")
+    try:
+        status = load_run_status(path)
+    except ConfigError as exc:
+        return RunSummary(state="unreadable run.json", error=str(exc))
+    eta = eta_seconds(status)
+    state = "stale (process gone)" if _process_gone(status) else status.status
+    return RunSummary(
+        state=state,
+        step=status.step,
+        steps=status.steps,
+        eta=format_duration(eta) if eta is not None else "",
+        error=status.error or "",
+    )
+
+
+_CLI_ERROR = re.compile(r"^(\[[^\]]*\]:?\s*)?lr-[a-z]+: error: ")
+
+
+def newest_log(output_dir: Path) -> Path | None:
+    """The run's combined log: the newest `<run>/logs/*.log` (the TUI writes `launch.log`)."""
+    logs = sorted((Path(output_dir) / "logs").glob("*.log"), key=lambda p: (p.stat().st_mtime, p.name))
+    return logs[-1] if logs else None
+
+
+def log_tail(output_dir: Path, lines: int = 20) -> tuple[Path, str] | None:
+    """The newest `<run>/logs/*.log` and its last `lines` lines, or None without logs.
+
+    When an lr CLI's own `lr-<cli>: error: ...` line is further up (torchrun prints its
+    traceback after it), that line comes first: it is the cause to read."""
+    newest = newest_log(output_dir)
+    if newest is None:
+        return None
+    with newest.open("rb") as f:
+        f.seek(max(0, newest.stat().st_size - 64 * 1024))
+        text = f.read().decode("utf-8", errors="replace")
+    all_lines = text.splitlines()
+    tail = all_lines[-lines:]
+    causes = [line for line in all_lines[:-lines] if _CLI_ERROR.match(line)]
+    return newest, "\n".join(causes[-1:] + (["..."] if causes else []) + tail)

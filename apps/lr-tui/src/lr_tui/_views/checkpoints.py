@@ -1,0 +1,240 @@
+"""The Checkpoints view: a run's step folders, their details, and actions on them.
+
+The table and the details come from files only (`checkpoint_scan`: training_step.json,
+file presence, safetensors headers). Convert, Verify and Publish run the `lr-checkpoint`
+and `lr-publish` CLIs as subprocesses in an exclusive worker whose output streams into the
+output panel; the table refreshes when one finishes. Copy resume command builds the
+command with `lr_config.build_resume_launch` for the launcher the Launch form describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Static
+
+from lr_config import (
+    ConfigError,
+    LaunchSpec,
+    build_resume_launch,
+    check_repo_id,
+    format_command,
+)
+
+from .._checkpoint_scan import CheckpointDetails, CheckpointRow, checkpoint_details, scan_checkpoints
+from .._cli_tasks import CONVERT_DTYPES, convert_argv, publish_argv, run_streaming, verify_argv
+from .._keymap import CHECKPOINT_BINDINGS
+from .._resume_plan import describe_exactness
+from .._screens.prompt import ChoicePrompt, TextPrompt
+from .._series import format_bytes
+from .._widgets.text_panel import TextPanel
+
+__all__ = ["CheckpointsView", "ResumeContext"]
+
+ResumeContext = Callable[[], tuple[LaunchSpec | None, list[str]]]
+"""Returns the launcher to resume with and the override flags (from the Launch form)."""
+
+_DTYPE_TEXT = {"fp32": "full precision (the fp32 master weights)", "bf16": "bfloat16, half the size", "fp16": "float16, half the size"}
+_OUTPUT_LINES = 400
+_ACTIONS = "c  convert the weights to model.safetensors\nv  verify\np  publish to the Hub\nr  copy the resume command"
+
+
+def _file_tree(details: CheckpointDetails) -> list[str]:
+    """Files by folder; folders two levels down (DCP shards) collapse to a count and size."""
+    entries: dict[str, dict[str, list[int]]] = {}
+    for rel, size in details.files:
+        parts = rel.split("/")
+        folder = parts[0] + "/" if len(parts) > 1 else ""
+        name = parts[1] + "/" if len(parts) > 2 else parts[-1]
+        entries.setdefault(folder, {}).setdefault(name, []).append(size)
+    lines: list[str] = []
+    for folder, names in sorted(entries.items()):
+        if folder:
+            lines.append(folder)
+        for name, sizes in sorted(names.items()):
+            count = f"  {len(sizes)} files" if name.endswith("/") else ""
+            lines.append(f"  {format_bytes(sum(sizes)):>9}  {name}{count}")
+            summary = details.tensors.get(folder + name)
+            if summary is not None:
+                lines.append(f"{'':>13}{summary.describe()}, {format_bytes(summary.nbytes)} of data")
+    return lines
+
+
+def describe_details(details: CheckpointDetails) -> str:
+    lines: list[str] = []
+    ts = details.training_step
+    if ts is not None:
+        lines.append(f"step {ts.step}  epoch {ts.epoch}  samples {ts.samples_seen}")
+        lines.append(ts.topology.describe())
+        lines.append(f"batch {ts.batch_size} x dp_world {ts.dp_world_size} x grad_accum {ts.grad_accum}, {ts.precision}")
+        lines.append("")
+    lines += _file_tree(details)
+    lines += [f"! {p}" for p in details.problems]
+    return "\n".join(lines)
+
+
+class CheckpointsView(Vertical):
+    BINDINGS = CHECKPOINT_BINDINGS
+
+    def __init__(self, *, resume_context: ResumeContext | None = None, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.resume_context = resume_context or (lambda: (LaunchSpec(), []))
+        self.run_dir: Path | None = None
+        self.checkpoints: dict[str, CheckpointRow] = {}
+        self._output: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("no run open", id="ckpt-title", markup=False)
+        table: DataTable[str] = DataTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
+        yield table
+        with Horizontal(id="ckpt-bottom"):
+            yield TextPanel("details", id="ckpt-details")
+            yield TextPanel("output", id="ckpt-output", text=_ACTIONS)
+
+    def on_mount(self) -> None:
+        table = self.query_one("#ckpt-table", DataTable)
+        table.add_columns("step", "format", "topology", "precision", "size", "weights", "DCP", "last")
+        self.action_refresh()
+
+    def open_run(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        if self.run_dir is None or not self.is_mounted:  # on_mount refreshes
+            return
+        table = self.query_one("#ckpt-table", DataTable)
+        selected = self.selected()
+        rows = scan_checkpoints(self.run_dir)
+        self.checkpoints = {row.name: row for row in rows}
+        table.clear()
+        for row in rows:
+            table.add_row(
+                row.name,
+                row.format,
+                row.topology,
+                row.precision,
+                format_bytes(row.size),
+                row.weights or "-",
+                "yes" if row.dcp else "-",
+                "last" if row.is_last else "",
+                key=row.name,
+            )
+        count = f"{len(rows)} checkpoint{'s' if len(rows) != 1 else ''}"
+        self.query_one("#ckpt-title", Static).update(f"{self.run_dir / 'checkpoints'}: {count}")
+        if selected is not None and selected.name in self.checkpoints:
+            table.move_cursor(row=table.get_row_index(selected.name))
+        self._show_details()
+
+    def selected(self) -> CheckpointRow | None:
+        table = self.query_one("#ckpt-table", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return self.checkpoints.get(str(key))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_details()
+
+    def _show_details(self) -> None:
+        row = self.selected()
+        panel = self.query_one("#ckpt-details", TextPanel)
+        if row is None:
+            panel.show("no checkpoints yet" if self.run_dir else "")
+            return
+        panel.border_title = f"details: {row.name}"
+        panel.show(describe_details(checkpoint_details(row.path)))
+
+    def _say(self, *lines: str, error: bool = False) -> None:
+        self._output = (self._output + list(lines))[-_OUTPUT_LINES:]
+        self.query_one("#ckpt-output", TextPanel).show("\n".join(self._output), error=error, follow=True)
+
+    def _require_selection(self) -> CheckpointRow | None:
+        row = self.selected()
+        if row is None:
+            self.notify("No checkpoint selected.", severity="warning")
+        return row
+
+    @work(exclusive=True, group="checkpoint-task")
+    async def run_task(self, title: str, argv: list[str]) -> int:
+        """Run one CLI, streaming its output; refresh the table when it ends."""
+        self._output = []
+        self._say(f"$ {title}")
+        try:
+            code = await run_streaming(argv, self._say)
+        except OSError as exc:
+            self._say(f"could not start {argv[0]}: {exc}")
+            code = -1
+        self._say(f"{title}: {'done' if code == 0 else f'failed (exit {code})'}", error=code != 0)
+        self.action_refresh()
+        return code
+
+    def action_convert(self) -> None:
+        row = self._require_selection()
+        if row is None:
+            return
+
+        replace = row.weights == "model"
+
+        def convert(dtype: str | None) -> None:
+            if dtype:
+                argv = convert_argv(row.path, dtype, overwrite=replace)
+                self.run_task(f"lr-checkpoint convert {row.name} --dtype={dtype}", argv)
+
+        if not row.dcp:
+            self.notify(f"{row.name} has no DCP shards to convert.", severity="warning")
+            return
+        title = f"Convert {row.name}'s DCP shards to model.safetensors" + (" (replacing it)" if replace else "")
+        choices = [(d, _DTYPE_TEXT[d]) for d in CONVERT_DTYPES]
+        self.app.push_screen(ChoicePrompt(title, choices), convert)
+
+    def action_verify(self) -> None:
+        row = self._require_selection()
+        if row is not None:
+            self.run_task(f"lr-checkpoint verify {row.name}", verify_argv(row.path))
+
+    def action_publish(self) -> None:
+        row = self._require_selection()
+        if row is None:
+            return
+
+        def check(repo_id: str) -> str | None:
+            try:
+                check_repo_id(repo_id.strip(), flag="repo id")
+            except ConfigError as exc:
+                return str(exc)
+            return None
+
+        def publish(repo_id: str | None) -> None:
+            if repo_id:
+                repo_id = repo_id.strip()
+                self.run_task(f"lr-publish {row.name} --repo_id={repo_id}", publish_argv(row.path, repo_id))
+
+        self.app.push_screen(TextPrompt(f"Publish {row.name} to the Hub repo (user/name)", check=check), publish)
+
+    def action_copy_resume(self) -> None:
+        row = self._require_selection()
+        if row is None:
+            return
+        spec, overrides = self.resume_context()
+        if spec is None:
+            self.notify("Fix the launcher settings in the Launch view first.", severity="warning")
+            return
+        try:
+            argv = build_resume_launch(spec, row.path.absolute(), overrides)
+            note = describe_exactness(row.path.absolute(), spec, overrides)
+        except ConfigError as exc:
+            self._output = []
+            self._say(f"cannot resume {row.name} with {spec.world_size} process(es):", *exc.problems, error=True)
+            return
+        command = format_command(argv)
+        self.app.copy_to_clipboard(command)
+        self._output = []
+        self._say(f"resume {row.name} (copied to the clipboard):", command, note)
+
+    def focus_main(self) -> None:
+        self.query_one("#ckpt-table").focus()

@@ -1,0 +1,246 @@
+"""The Launch view: a form that builds, checks and runs an `lr-engine train` launch.
+
+On every change the form is evaluated by `launch_form.evaluate` (lr-config does all the
+work): the command preview, the effective batch and the problem lines next to the fields
+they name update at once. The plan (`lr-engine train --dry_run=true --world_size=N ...`)
+runs as a subprocess in an exclusive worker, debounced, so typing never waits for it; a
+newer plan cancels (and kills) an older one. Run starts the command detached and posts
+`LaunchView.Launched` with the run folder.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import Input, Select, Static
+
+from lr_config import (
+    TRAIN_CONFIG_VERSION,
+    ConfigError,
+    LaunchSpec,
+    TrainConfig,
+    load_json,
+    save_json,
+    to_dict,
+)
+
+from .._cli_tasks import plan_argv, run_streaming, start_training
+from .._keymap import LAUNCH_BINDINGS
+from .._launch_form import FIELDS, GENERAL, LaunchPlan, default_output_dir, default_values, evaluate, values_from_config
+from .._screens.prompt import TextPrompt
+from .._widgets.form_row import FormRow
+from .._widgets.text_panel import TextPanel
+
+__all__ = ["LaunchView", "PlanRunner", "run_plan"]
+
+PlanRunner = Callable[[list[str]], Awaitable[tuple[int, str]]]
+"""Runs a dry-run argv; returns (exit code, output)."""
+
+SLURM_SCRIPT = "train.slurm"
+
+
+async def run_plan(argv: list[str]) -> tuple[int, str]:
+    lines: list[str] = []
+    code = await run_streaming(argv, lines.append)
+    return code, "\n".join(lines)
+
+
+class LaunchView(Horizontal):
+    BINDINGS = LAUNCH_BINDINGS
+
+    class Launched(Message):
+        """A training run was started (or a Slurm script written) for `output_dir`."""
+
+        def __init__(self, output_dir: Path, process: subprocess.Popen[bytes] | None) -> None:
+            super().__init__()
+            self.output_dir = output_dir
+            self.process = process
+
+    def __init__(
+        self, *, plan_runner: PlanRunner | None = run_plan, plan_delay: float = 0.5, stop_grace: float = 30.0, id: str | None = None
+    ) -> None:
+        super().__init__(id=id)
+        self.plan_runner = plan_runner
+        self.plan_delay = plan_delay
+        self.stop_grace = stop_grace
+        self.plan: LaunchPlan = evaluate(default_values())
+        self._plan_flags: list[str] | None = None
+        self._plan_timer: Timer | None = None
+        self._rows: dict[str, FormRow] = {}
+
+    def compose(self) -> ComposeResult:
+        values = default_values()
+        with VerticalScroll(id="launch-form") as form:
+            form.border_title = "settings"
+            for field in FIELDS:
+                yield FormRow(field, values[field.key])
+        with Vertical(id="launch-side"):
+            yield TextPanel("command", id="preview")
+            yield Static("", id="batch", markup=False)
+            yield Static("", id="general-problems", markup=False)
+            yield TextPanel("plan: lr-engine train --dry_run=true", id="plan")
+
+    def on_mount(self) -> None:
+        self._rows = {row.field.key: row for row in self.query(FormRow)}
+        self.refresh_plan()
+
+    @property
+    def rows(self) -> dict[str, FormRow]:
+        return self._rows
+
+    def values(self) -> dict[str, str]:
+        return {key: row.value for key, row in self.rows.items()}
+
+    def set_values(self, values: dict[str, str]) -> None:
+        for key, row in self.rows.items():
+            row.set_value(values.get(key, ""))
+        self.refresh_plan()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.refresh_plan()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self.refresh_plan()
+
+    def refresh_plan(self) -> None:
+        """Re-evaluate the form and show the result; schedule the dry-run plan."""
+        plan = self.plan = evaluate(self.values())
+        for key, row in self.rows.items():
+            row.show_problems(plan.problems.get(key, []), marked=key in plan.marked)
+        title = "Slurm script" if plan.mode == "slurm" else "command"
+        preview = self.query_one("#preview", TextPanel)
+        preview.border_title = title
+        if plan.ok:
+            preview.show(plan.preview, subtitle="ctrl+y copies")
+        else:
+            count = sum(len(v) for v in plan.problems.values())
+            where = ", ".join(plan.fields_with_problems())
+            preview.show(f"{count} problem{'s' if count != 1 else ''} in the settings; see {where}", error=True)
+        self._update_static("#batch", plan.batch_line())
+        self._update_static("#general-problems", "\n".join(plan.problems.get(GENERAL, [])))
+        self._schedule_dry_run(plan)
+
+    def _update_static(self, selector: str, text: str) -> None:
+        """Update only on change: every update of an auto-height widget costs a layout."""
+        static = self.query_one(selector, Static)
+        if str(static.content) != text:
+            static.update(text)
+        static.display = bool(text)
+
+    def _schedule_dry_run(self, plan: LaunchPlan) -> None:
+        flags = plan.dry_run_flags()
+        if flags == self._plan_flags or self.plan_runner is None:
+            return
+        self._plan_flags = flags
+        if self._plan_timer is not None:
+            self._plan_timer.stop()
+        panel = self.query_one("#plan", TextPanel)
+        if flags is None:
+            self.workers.cancel_group(self, "plan")
+            panel.show("waiting for valid settings")
+            return
+        panel.show("planning ...")
+        world_size = plan.spec.world_size if plan.spec else 0
+        if self.plan_delay > 0:
+            self._plan_timer = self.set_timer(self.plan_delay, lambda: self._dry_run(flags, world_size))
+        else:
+            self._dry_run(flags, world_size)
+
+    @work(exclusive=True, group="plan")
+    async def _dry_run(self, flags: list[str], world_size: int) -> None:
+        assert self.plan_runner is not None
+        try:
+            code, output = await self.plan_runner(plan_argv(flags))
+        except OSError as exc:
+            code, output = -1, f"could not start lr-engine: {exc}"
+        subtitle = f"world size {world_size}" + ("" if code == 0 else f", exit {code}")
+        self.query_one("#plan", TextPanel).show(output or "(no output)", subtitle=subtitle, error=code != 0)
+
+    def action_copy_command(self) -> None:
+        if not self.plan.ok:
+            self.notify("Fix the settings first.", severity="warning")
+            return
+        self.app.copy_to_clipboard(self.plan.preview)
+        self.notify("Copied the Slurm script." if self.plan.mode == "slurm" else "Copied the launch command.")
+
+    def _plan_with_output_dir(self) -> LaunchPlan:
+        rows = self.rows
+        if not rows["output_dir"].value.strip() and self.plan.cfg is not None:
+            rows["output_dir"].set_value(str(default_output_dir(self.plan.cfg, datetime.now())))
+            self.refresh_plan()
+        return self.plan
+
+    def action_run(self) -> None:
+        plan = self._plan_with_output_dir()
+        if not plan.ok or plan.cfg is None or plan.cfg.output_dir is None:
+            self.notify("Fix the settings first.", severity="warning")
+            return
+        output_dir = plan.cfg.output_dir
+        if plan.mode == "slurm":
+            path = self._write_slurm_script(plan.preview, output_dir)
+            self.notify(f"Saved {path}. Submit it with: sbatch {path}")
+            return
+        assert plan.argv is not None
+        try:
+            process = start_training(plan.argv, output_dir, stop_grace=self.stop_grace)
+        except OSError as exc:
+            self.notify(f"Could not start {plan.argv[0]}: {exc}", severity="error")
+            return
+        self.notify(f"Started {plan.argv[0]} (pid {process.pid}); log in {output_dir}/logs/launch.log")
+        self.post_message(self.Launched(output_dir, process))
+
+    def _write_slurm_script(self, script: str, output_dir: Path) -> Path:
+        (output_dir / "logs").mkdir(parents=True, exist_ok=True)
+        path = output_dir / SLURM_SCRIPT
+        path.write_text(script)
+        path.chmod(0o755)
+        return path
+
+    def action_save_preset(self) -> None:
+        cfg = self.plan.cfg
+        if cfg is None:
+            self.notify("Fix the settings first: the preset is the parsed TrainConfig.", severity="warning")
+            return
+
+        def save(path: str | None) -> None:
+            if path:
+                save_json(Path(path), to_dict(cfg))
+                self.notify(f"Saved preset {path}")
+
+        self.app.push_screen(TextPrompt("Save the settings as a TrainConfig JSON", "lr_preset.json"), save)
+
+    def action_load_preset(self) -> None:
+        def check(path: str) -> str | None:
+            return None if Path(path).is_file() else f"{path}: no such file"
+
+        def load(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                cfg = load_json(Path(path), TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+            except ConfigError as exc:
+                self.notify(str(exc), severity="error", timeout=10)
+                return
+            spec = self.plan.spec or LaunchSpec()
+            self.set_values(values_from_config(cfg, spec, self.plan.mode))
+            self.notify(f"Loaded preset {path}")
+
+        prompt = TextPrompt("Load a TrainConfig JSON (a preset or a checkpoint's train_config.json)", "lr_preset.json", check=check)
+        self.app.push_screen(prompt, load)
+
+    def resume_context(self) -> tuple[LaunchSpec | None, list[str]]:
+        """The launcher the form describes and its topology flags, for resume commands."""
+        values = self.values()
+        overrides = [f"--parallelism.{k}={values[k].strip()}" for k in ("dp_replicate", "dp_shard") if values.get(k, "").strip()]
+        return self.plan.spec, overrides
+
+    def focus_main(self) -> None:
+        self.query_one("#launch-form").focus()

@@ -1,0 +1,396 @@
+"""The Monitor view: the runs of this session, one of them live, and control over them.
+
+The runs table lists every run launched from this TUI and every output dir opened, with
+its status (`run.json`), step and live processes (`run_state.read_run_state`: the launcher
+recorded in `logs/launch.json` and the processes below it, else run.json's pid; /proc).
+Enter on a row watches that run.
+
+A thread worker polls every `poll_interval` seconds: the watched run's `metrics.jsonl`
+(`MetricsTail`) and combined log (`LogWatch`: new lines and their events), and the state
+of every listed run. The UI thread redraws the sparklines (loss, lr, grad_norm,
+samples_per_s, downsampled to their width), the latest values, the status line, the events
+(with what to do about each) and, for a failed run, the tail of its log; the new log lines
+go to the Logs view through `MonitorView.LogUpdate`.
+
+Stop (x) asks first, then sends SIGINT (lr-engine stops at the next update and saves a
+final checkpoint) and SIGTERM after `stop_grace` seconds if anything still runs; x again
+sends the next signal at once (SIGTERM, then SIGKILL). Resume (r) opens the resume screen
+for `checkpoints/last` and launches the command it builds, detached, into the same folder.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Static
+from textual.worker import get_current_worker
+
+from lr_config import ConfigError, LaunchSpec, MetricsRecord
+
+from .._checkpoint_scan import read_training_step
+from .._cli_tasks import start_training
+from .._events import Event
+from .._keymap import MONITOR_BINDINGS
+from .._metrics_tail import MetricsTail
+from .._procs import all_processes
+from .._resume_plan import last_checkpoint, output_dir_override
+from .._run_control import STOP_STAGES, send_stop
+from .._run_info import RunSummary, log_tail
+from .._run_state import LogRead, LogWatch, RunState, read_run_state, run_liveness
+from .._screens.prompt import ChoicePrompt, TextPrompt
+from .._screens.resume import ResumeScreen
+from .._series import format_value
+from .._widgets.events_panel import EventsPanel
+from .._widgets.metric_chart import MetricChart
+from .._widgets.text_panel import TextPanel
+
+__all__ = ["MonitorView"]
+
+CHARTS = ("loss", "lr", "grad_norm", "samples_per_s")
+TABLE_FIELDS = ("step", "epoch", "samples", "loss", "lr", "grad_norm", "samples_per_s", "update_s", "dataloading_s", "mem_gb")
+QUIET_STATES = ("running", "finished", "stopped", "no run.json yet")
+"""States whose log tail is not worth a panel (the events say what matters)."""
+
+LaunchSpecSource = Callable[[], LaunchSpec | None]
+
+
+@dataclass
+class RunUpdate:
+    """What one poll found; `records` and `log.lines` are new since the last poll."""
+
+    records: list[MetricsRecord] = field(default_factory=list)
+    restarted: bool = False
+    problems: list[str] = field(default_factory=list)
+    states: dict[Path, RunState] = field(default_factory=dict)
+    log: tuple[Path, str] | None = None
+    log_read: LogRead | None = None
+
+
+class MonitorView(Vertical):
+    BINDINGS = MONITOR_BINDINGS
+
+    class LogUpdate(Message):
+        """New lines (and events) of the watched run's combined log."""
+
+        def __init__(self, run_dir: Path, read: LogRead) -> None:
+            super().__init__()
+            self.run_dir = run_dir
+            self.read = read
+
+    class ShowLog(Message):
+        """Show the watched run's log in the Logs view, at its first error."""
+
+    class RunSelected(Message):
+        """The Monitor now watches `run_dir`."""
+
+        def __init__(self, run_dir: Path) -> None:
+            super().__init__()
+            self.run_dir = run_dir
+
+    def __init__(
+        self,
+        *,
+        poll_interval: float = 0.5,
+        stop_grace: float = 30.0,
+        launch_spec: LaunchSpecSource | None = None,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(id=id)
+        self.poll_interval = poll_interval
+        self.stop_grace = stop_grace
+        self.launch_spec = launch_spec or LaunchSpec
+        self.run_dir: Path | None = None
+        self.run_dirs: tuple[Path, ...] = ()
+        self.launched: dict[Path, subprocess.Popen[bytes]] = {}
+        self.states: dict[Path, RunState] = {}
+        self.stop_stage: dict[Path, int] = {}
+        self.records: list[MetricsRecord] = []
+        self.problems: list[str] = []
+        self.events: list[Event] = []
+        self.summary: RunSummary | None = None
+        self.polls = 0
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The launcher this app started for the watched run, if any."""
+        return self.launched.get(self.run_dir) if self.run_dir is not None else None
+
+    def compose(self) -> ComposeResult:
+        runs: DataTable[str] = DataTable(id="runs", cursor_type="row")
+        runs.border_title = "runs (enter: watch)"
+        yield runs
+        yield Static("no run open: press o to open a run folder, or launch one", id="run-status", markup=False)
+        with Horizontal(id="monitor-body"):
+            with Vertical(id="charts"):
+                for metric in CHARTS:
+                    yield MetricChart(metric)
+            table: DataTable[str] = DataTable(id="latest", cursor_type="none", zebra_stripes=True)
+            table.border_title = "latest"
+            yield table
+        yield EventsPanel(id="events")
+        yield TextPanel("log", id="failure-log")
+
+    def on_mount(self) -> None:
+        self.query_one("#latest", DataTable).add_columns("metric", "value")
+        self.query_one("#runs", DataTable).add_columns("run", "status", "step", "processes")
+        self.query_one("#events", EventsPanel).show([])
+        for run_dir in self.run_dirs:
+            self._add_run_row(run_dir)
+        if self.run_dir is not None:
+            self.open_run(self.run_dir, self.process)
+
+    # --- which run ---------------------------------------------------------------------------
+
+    def open_run(self, run_dir: Path, process: subprocess.Popen[bytes] | None = None) -> None:
+        """List `run_dir` (with the launched `process`, if the app started it) and watch it."""
+        run_dir = Path(run_dir)
+        if process is not None:
+            self.launched[run_dir] = process
+            self.stop_stage.pop(run_dir, None)
+        if run_dir not in self.run_dirs:
+            self.run_dirs = (*self.run_dirs, run_dir)
+        self.run_dir = run_dir
+        if not self.is_mounted:  # on_mount opens it
+            return
+        self._add_run_row(run_dir)
+        self.records, self.problems, self.events, self.summary, self.polls = [], [], [], None, 0
+        self._redraw()
+        self.query_one("#events", EventsPanel).show([])
+        self.post_message(self.RunSelected(run_dir))
+        self._watch(run_dir)
+
+    def _add_run_row(self, run_dir: Path) -> None:
+        table = self.query_one("#runs", DataTable)
+        key = str(run_dir)
+        if key not in {str(k.value) for k in table.rows}:
+            table.add_row(key, "", "", "", key=key)
+        table.move_cursor(row=table.get_row_index(key))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "runs" and event.row_key.value is not None:
+            run_dir = Path(event.row_key.value)
+            if run_dir != self.run_dir:
+                self.open_run(run_dir)
+
+    # --- polling -----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="tail")
+    def _watch(self, run_dir: Path) -> None:
+        worker = get_current_worker()
+        tail = MetricsTail(run_dir / "metrics.jsonl")
+        log = LogWatch(run_dir)
+        wake = threading.Event()
+        last: tuple[dict[Path, RunState], tuple[Path, str] | None] = ({}, None)
+        while not worker.is_cancelled:
+            update = self._poll(run_dir, tail, log, last)
+            if update is not None:
+                last = (update.states, update.log)
+            try:
+                self.app.call_from_thread(self._apply, run_dir, update)
+            except RuntimeError:  # the app is shutting down
+                return
+            wake.wait(self.poll_interval)
+
+    def _poll(self, run_dir: Path, tail: MetricsTail, log: LogWatch, last: tuple[dict[Path, RunState], tuple[Path, str] | None]) -> RunUpdate | None:
+        read = tail.read()
+        log_read = log.read()
+        procs = all_processes()
+        states = {d: read_run_state(d, self.launched.get(d), procs) for d in self.run_dirs}
+        state = states.get(run_dir)
+        failure = log_tail(run_dir) if state is not None and state.summary.state not in QUIET_STATES else None
+        news = log_read.lines or log_read.restarted or log_read.events is not None
+        if not (read.records or read.restarted or read.problems or news or (states, failure) != last):
+            return None
+        return RunUpdate(read.records, read.restarted, read.problems, states, failure, log_read if news else None)
+
+    def _apply(self, run_dir: Path, update: RunUpdate | None) -> None:
+        if run_dir != self.run_dir or not self.query("#runs"):  # another run now, or the app is closing
+            return
+        self.polls += 1
+        if update is None:
+            return
+        if update.restarted:
+            self.records = []
+            self.problems = []
+        self.records.extend(update.records)
+        self.problems = (self.problems + update.problems)[-5:]
+        self.states = update.states
+        for path, state in update.states.items():
+            if not state.live.alive:
+                self.stop_stage.pop(path, None)
+        if run_dir in update.states:
+            self.summary = update.states[run_dir].summary
+        if update.log_read is not None:
+            if update.log_read.events is not None:
+                self.events = update.log_read.events
+                self.query_one("#events", EventsPanel).show(self.events)
+            self.post_message(self.LogUpdate(run_dir, update.log_read))
+        self._fill_runs()
+        self._redraw(update.log)
+
+    # --- drawing -----------------------------------------------------------------------------
+
+    def _fill_runs(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        columns = list(table.columns)
+        for path, state in self.states.items():
+            key = str(path)
+            if key not in {str(k.value) for k in table.rows}:
+                continue
+            for column, value in zip(columns[1:], (state.status_cell, state.step_cell, state.live.describe())):
+                if table.get_cell(key, column) != value:
+                    table.update_cell(key, column, value, update_width=True)
+
+    def _redraw(self, log: tuple[Path, str] | None = None) -> None:
+        for metric in CHARTS:
+            self.query_one(f"#chart-{metric}", MetricChart).set_values([getattr(r, metric) for r in self.records])
+        self._fill_table()
+        self.query_one("#run-status", Static).update(self._status_line())
+        self._show_failure(log)
+
+    def _status_line(self) -> str:
+        if self.run_dir is None:
+            return "no run open: press o to open a run folder, or launch one"
+        parts = [self.summary.line()] if self.summary else []
+        state = self.states.get(self.run_dir)
+        if state is not None:
+            parts.append(f"processes: {state.live.describe()}")
+        stage = self.stop_stage.get(self.run_dir)
+        if stage is not None:
+            sent = STOP_STAGES[min(stage, len(STOP_STAGES) - 1)].name
+            parts.append(f"stopping: {sent} sent" + (f", SIGTERM after {self.stop_grace:g} s (x: now)" if stage == 0 else ""))
+        status = "   ".join(parts)
+        if self.problems:
+            status += f"   ({len(self.problems)} unreadable metrics line(s): {self.problems[-1]})"
+        return status
+
+    def _fill_table(self) -> None:
+        table = self.query_one("#latest", DataTable)
+        table.clear()
+        if not self.records:
+            return
+        last = self.records[-1]
+        for name in TABLE_FIELDS:
+            table.add_row(name, format_value(getattr(last, name)))
+        for name, value in sorted(last.info.items()):
+            table.add_row(name, format_value(value))
+
+    def _show_failure(self, log: tuple[Path, str] | None) -> None:
+        panel = self.query_one("#failure-log", TextPanel)
+        failed = self.summary is not None and self.summary.state not in QUIET_STATES and (log is not None or bool(self.summary.error))
+        panel.display = failed
+        if not failed or self.summary is None:
+            return
+        text = f"error: {self.summary.error}\n" if self.summary.error else ""
+        if log is not None and self.run_dir is not None:
+            path, tail = log
+            panel.border_title = f"log: {path.relative_to(self.run_dir)} (last lines)"
+            text += tail
+        panel.show(text, error=True, follow=True)
+
+    # --- actions -----------------------------------------------------------------------------
+
+    def action_open_run(self) -> None:
+        def check(path: str) -> str | None:
+            return None if Path(path).is_dir() else f"{path}: not a folder"
+
+        def open_it(path: str | None) -> None:
+            if path:
+                self.open_run(Path(path))
+
+        self.app.push_screen(TextPrompt("Open a run folder", str(self.run_dir or ""), check=check), open_it)
+
+    def action_stop_run(self) -> None:
+        run_dir = self.run_dir
+        if run_dir is None:
+            self.notify("No run open.", severity="warning")
+            return
+        if not run_liveness(run_dir).alive:
+            self.notify(f"No process of {run_dir} is alive.", severity="warning")
+            return
+        stage = self.stop_stage.get(run_dir)
+        if stage is not None:
+            self._send_stop(run_dir, stage + 1)
+            return
+
+        def confirmed(choice: str | None) -> None:
+            if choice == "stop":
+                self._send_stop(run_dir, 0)
+
+        choices = [
+            ("stop", f"SIGINT now: stop at the next update with a final checkpoint; SIGTERM after {self.stop_grace:g} s"),
+            ("cancel", "keep it running"),
+        ]
+        self.app.push_screen(ChoicePrompt(f"Stop {run_dir}?", choices), confirmed)
+
+    def _send_stop(self, run_dir: Path, stage: int) -> None:
+        live = run_liveness(run_dir)
+        what = send_stop(live, stage) if live.alive else ""
+        if not what:
+            self.notify(f"No process of {run_dir} is alive any more.")
+            self.stop_stage.pop(run_dir, None)
+            return
+        self.stop_stage[run_dir] = stage
+        self.notify(f"Sent {what}.", severity="warning" if stage else "information")
+        if stage == 0:
+            self.set_timer(self.stop_grace, partial(self._escalate, run_dir, 0, time.monotonic()))
+        self.query_one("#run-status", Static).update(self._status_line())
+
+    def _escalate(self, run_dir: Path, stage: int, since: float) -> None:
+        """After the grace: the next signal, unless the run ended or was escalated by hand."""
+        if self.stop_stage.get(run_dir) == stage and run_liveness(run_dir).alive:
+            self.notify(f"{run_dir} still runs {time.monotonic() - since:.0f} s after SIGINT.", severity="warning")
+            self._send_stop(run_dir, stage + 1)
+
+    def action_resume_run(self) -> None:
+        run_dir = self.run_dir
+        if run_dir is None:
+            self.notify("No run open.", severity="warning")
+            return
+        if run_liveness(run_dir).alive:
+            self.notify("The run is still running: stop it first (x).", severity="warning")
+            return
+        step_dir = last_checkpoint(run_dir)
+        if step_dir is None:
+            self.notify(f"{run_dir}/checkpoints/last: nothing to resume from.", severity="warning")
+            return
+        spec = self.launch_spec() or LaunchSpec()
+        ts, _ = read_training_step(step_dir)
+        if ts is not None and ts.topology.world_size % spec.nnodes == 0:
+            spec = replace(spec, nproc_per_node=ts.topology.world_size // spec.nnodes)
+        try:
+            fixed = output_dir_override(step_dir, run_dir)
+        except ConfigError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+
+        def launch(argv: list[str] | None) -> None:
+            if argv:
+                self._launch_resume(run_dir, argv)
+
+        self.app.push_screen(ResumeScreen(run_dir, step_dir, spec, fixed), launch)
+
+    def _launch_resume(self, run_dir: Path, argv: list[str]) -> None:
+        try:
+            process = start_training(argv, run_dir, stop_grace=self.stop_grace)
+        except OSError as exc:
+            self.notify(f"Could not start {argv[0]}: {exc}", severity="error")
+            return
+        self.notify(f"Resumed {run_dir} (pid {process.pid}); log in {run_dir}/logs/launch.log")
+        self.open_run(run_dir, process)
+
+    def action_show_log(self) -> None:
+        self.post_message(self.ShowLog())
+
+    def focus_main(self) -> None:
+        self.query_one("#runs").focus()

@@ -1,0 +1,158 @@
+"""Schemas of the other contract files, each versioned.
+
+| file                  | dataclass      | written by                  |
+|-----------------------|----------------|-----------------------------|
+| `training_step.json`  | `TrainingStep` | checkpoint (main rank)      |
+| `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step |
+| `run.json`            | `RunStatus`    | engine (main rank)          |
+| `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit) |
+
+Readers use `load_training_step` / `load_run_status` / `read_metrics`, which refuse unknown
+keys and versions with a message naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ._errors import ConfigError
+from ._serde import from_dict, load_json, save_json, to_dict
+from ._topology import Topology
+
+__all__ = [
+    "Checksums",
+    "FILES_VERSION",
+    "FileDigest",
+    "MetricsRecord",
+    "RunStatus",
+    "TrainingStep",
+    "load_checksums",
+    "load_run_status",
+    "load_training_step",
+    "read_metrics",
+    "save_checksums",
+    "save_run_status",
+    "save_training_step",
+]
+
+FILES_VERSION = 1
+RunState = Literal["running", "finished", "failed", "stopped"]
+
+
+@dataclass
+class TrainingStep:
+    """Where a checkpoint stands: enough to resume and to tell what changed."""
+
+    version: int = FILES_VERSION
+    step: int = 0
+    optimizer_updates: int = 0
+    epoch: int = 0
+    samples_seen: int = 0
+    dp_world_size: int = 1
+    batch_size: int = 1
+    grad_accum: int = 1
+    precision: str = "no"
+    checkpoint_format: str = "safetensors"
+    peft: bool = False
+    seed: int = 0
+    run_id: str = ""
+    topology: Topology = field(default_factory=Topology)
+
+
+@dataclass
+class MetricsRecord:
+    """One reduced record per log step (means across ranks; timings are the max)."""
+
+    version: int = FILES_VERSION
+    step: int = 0
+    epoch: int = 0
+    samples: int = 0
+    loss: float = 0.0
+    lr: float = 0.0
+    grad_norm: float = 0.0
+    update_s: float = 0.0
+    dataloading_s: float = 0.0
+    samples_per_s: float = 0.0
+    mem_gb: float = 0.0
+    info: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunStatus:
+    version: int = FILES_VERSION
+    status: RunState = "running"
+    pid: int = 0
+    hostname: str = ""
+    started: str = ""
+    updated: str = ""
+    output_dir: str = ""
+    job_name: str = ""
+    step: int = 0
+    steps: int = 0
+    world_size: int = 1
+    error: str | None = None
+
+
+@dataclass
+class FileDigest:
+    """One checkpoint file as it was written."""
+
+    size: int = 0
+    sha256: str = ""
+
+
+@dataclass
+class Checksums:
+    """Every file of a checkpoint step folder (paths relative to it, `/`-separated) with its size
+    and SHA-256, taken when the save committed; verify and resume compare them to catch flipped
+    or truncated bytes that parse fine."""
+
+    version: int = FILES_VERSION
+    files: dict[str, FileDigest] = field(default_factory=dict)
+
+
+def save_checksums(path: Path, value: Checksums) -> None:
+    save_json(path, to_dict(value))
+
+
+def load_checksums(path: Path) -> Checksums:
+    return load_json(path, Checksums, current_version=FILES_VERSION)
+
+
+def save_training_step(path: Path, value: TrainingStep) -> None:
+    save_json(path, to_dict(value))
+
+
+def load_training_step(path: Path) -> TrainingStep:
+    return load_json(path, TrainingStep, current_version=FILES_VERSION)
+
+
+def save_run_status(path: Path, value: RunStatus) -> None:
+    save_json(path, to_dict(value))
+
+
+def load_run_status(path: Path) -> RunStatus:
+    return load_json(path, RunStatus, current_version=FILES_VERSION)
+
+
+def read_metrics(path: Path) -> list[MetricsRecord]:
+    """Every complete record of a metrics.jsonl (a partial last line is left for later)."""
+    records: list[MetricsRecord] = []
+    text = Path(path).read_text()
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        lines = lines[:-1]
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{number}: not valid JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
+            raise ConfigError(f"{path}:{number}: unsupported metrics record version")
+        records.append(from_dict(MetricsRecord, data, source=f"{path}:{number}"))
+    return records

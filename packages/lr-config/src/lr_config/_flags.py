@@ -1,0 +1,303 @@
+"""`--a.b.c=value` flags on top of the strict converter.
+
+`parse_train_config(argv)`:
+1. splits `--path=value` flags (a bare `--flag` means true);
+2. starts from `--config_path`'s file when given, else from the defaults;
+3. JSON-decodes each value where it parses (a string otherwise; a field typed as a string
+   or path always keeps the raw text; `null` and `None` both mean unset), checks the path
+   exists ("did you mean"), and deep-merges it;
+4. structures the result strictly; errors name the flag.
+
+Changing `--policy.type` swaps the policy block for the new type's defaults before the
+other `--policy.*` flags are merged, as LeRobot users expect.
+
+A resume (`--resume=true`) writes into the run folder that holds the checkpoint named by
+`--config_path`, not into the `output_dir` its saved train_config.json names: that path may
+be stale (the run was moved or copied) or point anywhere. An explicit `--output_dir` wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from ._configs import POLICY_TYPES, PolicyConfigBase, TrainConfig, TRAIN_CONFIG_VERSION
+from ._errors import ConfigError, did_you_mean
+from ._serde import from_dict, hints, load_json, to_dict
+
+__all__ = ["all_flag_paths", "field_names_at", "format_help", "parse_train_config", "split_flags"]
+
+
+def split_flags(argv: list[str]) -> dict[str, str]:
+    """`["--a.b=1", "--c"]` -> `{"a.b": "1", "c": "true"}`; anything else is an error."""
+    flags: dict[str, str] = {}
+    for arg in argv:
+        if not arg.startswith("--") or arg == "--":
+            raise ConfigError(f"{arg!r}: expected --name=value (for example --steps=100)")
+        name, sep, value = arg[2:].partition("=")
+        if not name or name.startswith("-") or " " in name:
+            raise ConfigError(f"{arg!r}: malformed flag; expected --name=value")
+        if name in flags:
+            raise ConfigError(f"--{name} given twice")
+        flags[name] = value if sep else "true"
+    return flags
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _policy_classes(tp: Any) -> list[type[PolicyConfigBase]] | None:
+    tp = _unwrap_optional(tp)
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        classes = [a for a in args if isinstance(a, type) and issubclass(a, PolicyConfigBase)]
+        if len(classes) == len(args):
+            return classes
+    return None
+
+
+def _fields_of(tp: Any) -> dict[str, Any] | None:
+    """Field name -> type for a dataclass or the policy union; None for leaves."""
+    classes = _policy_classes(tp)
+    if classes is not None:
+        merged: dict[str, Any] = {"type": str}
+        for cls in classes:
+            h = hints(cls)
+            merged.update({f.name: h[f.name] for f in dataclasses.fields(cls)})
+        return merged
+    tp = _unwrap_optional(tp)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        h = hints(tp)
+        return {f.name: h[f.name] for f in dataclasses.fields(tp)}
+    return None
+
+
+def _type_at(root: type, path: str) -> Any:
+    """The annotation at a dotted path, or raise ConfigError with suggestions."""
+    tp: Any = root
+    walked: list[str] = []
+    for part in path.split("."):
+        fields = _fields_of(tp)
+        if fields is None:
+            if typing.get_origin(_unwrap_optional(tp)) is dict:
+                tp = typing.get_args(_unwrap_optional(tp))[1]
+                walked.append(part)
+                continue
+            raise ConfigError(f"--{path}: --{'.'.join(walked)} is a value, not a group of settings")
+        if part not in fields:
+            here = ".".join(walked + [part])
+            candidates = ["--" + p for p in all_flag_paths(root)]
+            hint = did_you_mean("--" + here, candidates) or did_you_mean(part, fields)
+            raise ConfigError(f"--{path}: unknown flag{hint}. Run with --help to list every flag.")
+        tp = fields[part]
+        walked.append(part)
+    return tp
+
+
+def field_names_at(root: type, dotted: str) -> list[str]:
+    """Names of the settings under a flag group ('' is the top level)."""
+    tp: Any = root
+    for part in [p for p in dotted.split(".") if p]:
+        fields = _fields_of(tp)
+        if fields is None or part not in fields:
+            return []
+        tp = fields[part]
+    return list(_fields_of(tp) or {})
+
+
+def all_flag_paths(root: type = TrainConfig, prefix: str = "") -> list[str]:
+    """Every leaf flag path, for --help and suggestions."""
+    out: list[str] = []
+    for name, tp in (_fields_of(root) or {}).items():
+        path = f"{prefix}{name}"
+        if _fields_of(tp) is not None:
+            out.extend(all_flag_paths(tp, path + "."))
+        else:
+            out.append(path)
+    return out
+
+
+def _is_textual(tp: Any) -> bool:
+    tp = _unwrap_optional(tp)
+    if tp in (str, Path):
+        return True
+    if typing.get_origin(tp) is Literal:
+        return all(isinstance(a, str) for a in typing.get_args(tp))
+    return False
+
+
+def _decode(raw: str, tp: Any) -> Any:
+    if raw in ("null", "None"):
+        return None
+    if _is_textual(tp):
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[path[-1]] = value
+
+
+def _config_file(config_path: str) -> Path:
+    """The train_config.json that `--config_path` names, or a ConfigError saying what it is instead."""
+    path = Path(config_path)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(
+            f"--config_path: {config_path} is a link to {os.readlink(path)!r}, which does not exist; "
+            "pass one of the checkpoint folders next to it"
+        )
+    if path.is_dir():
+        # a run folder, a checkpoint step folder (or `last`), or its pretrained_model/
+        inside = [path / "train_config.json", path / "pretrained_model" / "train_config.json"]
+        found = next((p for p in inside if p.exists()), None)
+        if found is None:
+            raise ConfigError(
+                f"--config_path: {config_path} is a folder without train_config.json (nor pretrained_model/train_config.json); "
+                "pass a train_config.json or a checkpoint folder"
+            )
+        return found
+    if not path.exists():
+        raise ConfigError(f"--config_path: {config_path} does not exist (expected a train_config.json or a checkpoint folder)")
+    return path
+
+
+def _base_dict(config_path: str | None) -> dict[str, Any]:
+    if config_path is None:
+        return to_dict(TrainConfig())
+    path = _config_file(config_path)
+    cfg = load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    data = to_dict(cfg)
+    data["config_path"] = str(path)
+    return data
+
+
+def _switch_policy_type(base: dict[str, Any], new_type: str) -> None:
+    if new_type not in POLICY_TYPES:
+        raise ConfigError(
+            f"--policy.type: unknown policy type {new_type!r}{did_you_mean(new_type, POLICY_TYPES)}; "
+            f"known types: {', '.join(POLICY_TYPES)}"
+        )
+    if base["policy"].get("type") != new_type:
+        keep = {k: base["policy"][k] for k in ("device", "path", "repo_id", "push_to_hub", "private")}
+        fresh = to_dict(POLICY_TYPES[new_type]())
+        fresh["type"] = new_type
+        fresh.update(keep)
+        base["policy"] = fresh
+
+
+def parse_train_config(argv: list[str]) -> TrainConfig:
+    """Build a TrainConfig from `--a.b=value` flags (see the module docstring)."""
+    flags = split_flags(argv)
+    base = _base_dict(flags.get("config_path"))
+    if "policy.type" in flags:
+        _switch_policy_type(base, flags["policy.type"])
+    for name, raw in flags.items():
+        tp = _type_at(TrainConfig, name)
+        if _fields_of(tp) is not None:
+            children = ", ".join(f"--{name}.{child}" for child in list(_fields_of(tp) or {})[:4])
+            raise ConfigError(f"--{name}: is a group of settings, not a value; set one of its flags ({children}, ...)")
+        if name in ("config_path", "policy.type"):
+            continue
+        _set(base, name.split("."), _decode(raw, tp))
+    if "policy.type" in flags:
+        base["policy"]["type"] = flags["policy.type"]
+    if base.get("resume") is True and "output_dir" not in flags and base.get("config_path"):
+        run = run_folder_of(Path(base["config_path"]))
+        if run is not None:
+            base["output_dir"] = str(run)
+    return from_dict(TrainConfig, base, source="flags")
+
+
+def run_folder_of(config_file: Path) -> Path | None:
+    """The run folder holding the checkpoint whose train_config.json is `config_file`
+    (`<run>/checkpoints/<step or last>/pretrained_model/train_config.json`, or the run's own
+    `<run>/train_config.json` beside `checkpoints/`); None for a file elsewhere."""
+    parents = config_file.parents
+    if len(parents) > 3 and parents[0].name == "pretrained_model" and parents[2].name == "checkpoints":
+        return parents[3]
+    if (parents[0] / "checkpoints").is_dir():
+        return parents[0]
+    return None
+
+
+def _type_name(tp: Any) -> str:
+    tp_u = _unwrap_optional(tp)
+    optional = tp_u is not tp
+    if typing.get_origin(tp_u) is Literal:
+        name = "|".join(str(a) for a in typing.get_args(tp_u))
+    elif typing.get_origin(tp_u) in (list, dict):
+        name = repr(tp_u).replace("typing.", "").replace("lr_config._configs.", "")
+    else:
+        name = getattr(tp_u, "__name__", repr(tp_u))
+    return name + (" | null" if optional else "")
+
+
+def _leaf_docs(root: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+    classes = _policy_classes(root)
+    if classes is not None:
+        rows.append((f"{prefix}type", "|".join(POLICY_TYPES), json.dumps("act"), "Policy type; selects the fields below."))
+        seen: set[str] = set()
+        for cls in classes:
+            for row in _leaf_docs(cls, prefix):
+                if row[0] not in seen:
+                    seen.add(row[0])
+                    rows.append((row[0], row[1], row[2], f"[{cls.type_name}] {row[3]}" if row[0].split(".")[-1] not in {f.name for f in dataclasses.fields(PolicyConfigBase)} else row[3]))
+        return rows
+    h = hints(root)
+    default_obj = root()
+    for f in dataclasses.fields(root):
+        path = f"{prefix}{f.name}"
+        text = f.metadata.get("doc", "")
+        if _fields_of(h[f.name]) is not None:
+            rows.extend(_leaf_docs(_unwrap_optional(h[f.name]), path + "."))
+            continue
+        value = getattr(default_obj, f.name)
+        rows.append((path, _type_name(h[f.name]), json.dumps(to_dict_value(value)), text))
+    return rows
+
+
+def to_dict_value(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_dict(value)
+    if isinstance(value, dict):
+        return {k: to_dict_value(v) for k, v in value.items()}
+    return value
+
+
+def format_help(prog: str = "lr-engine train") -> str:
+    """Every flag with its type, default and one line of doc."""
+    lines = [
+        f"usage: {prog} [--name=value ...]",
+        "",
+        "Values are JSON where they parse (numbers, true/false, null, lists) and text otherwise.",
+        "--config_path=FILE starts from a saved train_config.json; other flags override it.",
+        "",
+    ]
+    rows = _leaf_docs(TrainConfig)
+    for path, type_name, default, text in rows:
+        lines.append(f"  --{path}  {type_name}  (default: {default})")
+        lines.append(f"      {text}")
+    return "\n".join(lines)

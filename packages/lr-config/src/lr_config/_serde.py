@@ -1,0 +1,256 @@
+"""Strict (un)structuring of the contract dataclasses with cattrs.
+
+- `make_converter()` builds a fresh strict converter: unknown keys and wrong types are
+  errors (no `int(1.7)`, no `bool("false")`), every field is written, defaults included.
+- `to_dict` / `from_dict` go through it; `from_dict` turns cattrs' error tree into one
+  `ConfigError` whose lines name flag paths (`--accelerator.fsdp.min_num_params: ...`).
+- `save_json` writes atomically (temp file + rename), so a crash never leaves a half file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import cattrs
+from cattrs.preconf.json import make_converter as _json_converter
+from cattrs.strategies import configure_tagged_union
+
+from ._configs import POLICY_TYPES, PolicyConfig
+from ._errors import ConfigError, did_you_mean
+
+__all__ = ["from_dict", "load_json", "make_converter", "save_json", "to_dict", "converter"]
+
+T = TypeVar("T")
+
+
+def _strict_int(value: Any, _: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected int, got {value!r}")
+    return value
+
+
+def _strict_float(value: Any, _: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected float, got {value!r}")
+    return float(value)
+
+
+def _strict_bool(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _strict_str(value: Any, _: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _strict_path(value: Any, _: Any) -> Path:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a path string, got {value!r}")
+    return Path(value)
+
+
+def _is_literal(tp: Any) -> bool:
+    return typing.get_origin(tp) is Literal
+
+
+def _strict_literal(value: Any, tp: Any) -> Any:
+    choices = typing.get_args(tp)
+    for choice in choices:
+        if type(choice) is type(value) and choice == value:
+            return choice
+    raise TypeError(f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+
+
+def _policy_tag(cls: type) -> str:
+    name: str = getattr(cls, "type_name")
+    return name
+
+
+def make_converter() -> cattrs.Converter:
+    """A new strict JSON converter for every contract dataclass."""
+    conv = _json_converter(forbid_extra_keys=True, omit_if_default=False)
+    conv.register_structure_hook(int, _strict_int)
+    conv.register_structure_hook(float, _strict_float)
+    conv.register_structure_hook(bool, _strict_bool)
+    conv.register_structure_hook(str, _strict_str)
+    conv.register_structure_hook(Path, _strict_path)
+    conv.register_structure_hook_func(_is_literal, _strict_literal)
+    conv.register_unstructure_hook(Path, str)
+    configure_tagged_union(PolicyConfig, conv, tag_name="type", tag_generator=_policy_tag)
+    return conv
+
+
+converter = make_converter()
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Every field of a contract dataclass as JSON-ready data."""
+    data: dict[str, Any] = converter.unstructure(obj)
+    return data
+
+
+def _flag_path(path: str) -> str:
+    """`$.accelerator.fsdp['x']` or `config.a.b[0]` -> `--accelerator.fsdp.x`."""
+    path = path.split(" @ ")[-1]
+    for prefix in ("$", "config"):
+        if path.startswith(prefix):
+            path = path[len(prefix):]
+    path = path.replace("['", ".").replace("']", "")
+    return "--" + path.lstrip(".")
+
+
+def _format_exception(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, TypeError) and str(exc).startswith("expected"):
+        return str(exc)
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _explain(exc: Exception, cls: type, data: Any) -> list[str]:
+    if not isinstance(exc, (cattrs.BaseValidationError,)):
+        return [str(exc)]
+    lines: list[str] = []
+    for line in cattrs.transform_error(exc, path="$", format_exception=_format_exception):
+        where = _flag_path(line)
+        what = line.split(" @ ")[0]
+        if what.startswith("extra fields found"):
+            parent = where
+            keys = what.split("(")[-1].rstrip(")") if "(" in what else what.split(":")[-1]
+            for key in [k.strip() for k in keys.split(",") if k.strip()]:
+                full = (parent.rstrip(".") + "." + key) if parent != "--" else "--" + key
+                lines.append(f"{full}: {_unknown_key(cls, data, parent, key)}")
+            continue
+        lines.append(f"{where}: {what}")
+    return lines
+
+
+def _unknown_key(cls: type, data: Any, parent: str, key: str) -> str:
+    """Why `key` is refused under `parent`, with the closest known names."""
+    known = _known_keys_at(cls, parent)
+    if key in known:
+        # The union's fields are known, so this belongs to another tagged type (--policy.type).
+        node = data
+        for part in [p for p in parent.removeprefix("--").split(".") if p]:
+            node = node.get(part) if isinstance(node, dict) else None
+        kind = node.get("type") if isinstance(node, dict) else None
+        return f"not a setting of {parent}.type={kind}"
+    return f"unknown setting{did_you_mean(key, known)}"
+
+
+def _known_keys_at(cls: type, flag: str) -> list[str]:
+    from ._flags import field_names_at
+
+    return field_names_at(cls, flag.removeprefix("--"))
+
+
+def from_dict(cls: type[T], data: Any, *, source: str = "config") -> T:
+    """Structure `data` into `cls` strictly, or raise a ConfigError naming flag paths."""
+    if getattr(cls, "__name__", "") == "TrainConfig" and isinstance(data, dict):
+        _check_policy_type(data.get("policy"))
+    try:
+        return converter.structure(data, cls)
+    except Exception as exc:  # cattrs raises several kinds; all are user input problems
+        problems = _explain(exc, cls, data)
+        raise ConfigError(f"invalid {source}:\n  " + "\n  ".join(problems), problems=problems) from None
+
+
+def _check_policy_type(policy: Any) -> None:
+    if isinstance(policy, dict) and "type" not in policy:
+        raise ConfigError(f"--policy.type: missing; known types: {', '.join(POLICY_TYPES)}")
+    if isinstance(policy, dict) and policy["type"] not in POLICY_TYPES:
+        kind = policy["type"]
+        raise ConfigError(
+            f"--policy.type: unknown policy type {kind!r}{did_you_mean(str(kind), POLICY_TYPES)}; "
+            f"known types: {', '.join(POLICY_TYPES)}"
+        )
+
+
+def save_json(path: Path, data: Any) -> None:
+    """Write JSON atomically: a temp file in the same folder, fsync, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_json(path: Path, cls: type[T], *, current_version: int) -> T:
+    """Read a versioned contract file; refuse unknown versions and name the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    version = data.get("version")
+    if version != current_version:
+        raise ConfigError(
+            f"{path}: schema version {version!r} is not supported (this lr reads version {current_version}); "
+            "upgrade lr or re-create the file"
+        )
+    missing = missing_fields(cls, data)
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise ConfigError(
+            f"{path}: incomplete file, missing {shown}; lr writes every field, so this file was cut short "
+            "or edited: restore it, or re-create it"
+        )
+    return from_dict(cls, data, source=str(path))
+
+
+def _dataclass_of(tp: Any, value: Any) -> type | None:
+    """The dataclass a field holds (the tagged policy class for the union), else None."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (typing.Union, types.UnionType) else [tp]
+    classes: list[type] = [a for a in args if isinstance(a, type) and dataclasses.is_dataclass(a)]
+    if len(classes) > 1 and isinstance(value, dict):
+        return next((c for c in classes if getattr(c, "type_name", None) == value.get("type")), None)
+    return classes[0] if len(classes) == 1 else None
+
+
+def missing_fields(cls: type, data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Flag paths of the fields a saved file lacks (files hold every field, defaults included)."""
+    missing: list[str] = []
+    field_types = hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        if f.name not in data:
+            missing.append(f"--{path}")
+            continue
+        inner = _dataclass_of(field_types[f.name], data[f.name])
+        if inner is not None and isinstance(data[f.name], dict):
+            missing += missing_fields(inner, data[f.name], path + ".")
+    return missing
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """Resolved type hints of a dataclass (annotations are strings in our modules); do not mutate.
+
+    Cached: resolving them is slow, and flag parsing asks for them once per field.
+    """
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]

@@ -1,0 +1,179 @@
+"""Validation of a TrainConfig, before anything is built.
+
+`validate(cfg, world_size)` collects every problem it finds and raises one ConfigError
+that lists them, each starting with the flag to change. `check_repo_id` is the one rule
+for Hub repo ids, shared by the engine, checkpoint and publish CLIs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+from ._configs import TRAIN_CONFIG_VERSION, ACTConfig, TrainConfig
+from ._errors import ConfigError
+from ._topology import Topology, _check_degrees, resolve_topology
+
+__all__ = ["check_repo_id", "validate"]
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+
+def check_repo_id(repo_id: str, flag: str = "--policy.repo_id") -> str:
+    """Return repo_id if it is a valid `user/name` Hub id; raise naming `flag` otherwise."""
+    bad = (
+        not _REPO_ID.match(repo_id)
+        or ".." in repo_id
+        or "--" in repo_id
+        or repo_id.endswith((".", "-", ".git"))
+    )
+    if bad:
+        raise ConfigError(
+            f"{flag}: {repo_id!r} is not a valid Hub repo id; expected user/name with letters, "
+            "digits, '-', '_' and '.' (no '..' or '--', at most 96 characters each)"
+        )
+    return repo_id
+
+
+def _positive(problems: list[str], flag: str, value: float, minimum: float = 1) -> None:
+    if value < minimum:
+        problems.append(f"--{flag}: must be >= {minimum:g}, got {value}")
+
+
+def _finite_rules(value: Any, path: str = "") -> list[str]:
+    """Every float setting is finite: JSON parses NaN and Infinity, and NaN passes any `<` rule."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [f"--{path}: must be a finite number, got {value}"]
+    if isinstance(value, list) and not all(math.isfinite(v) for v in value if isinstance(v, float)):
+        return [f"--{path}: must hold finite numbers, got {value}"]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        prefix = f"{path}." if path else ""
+        return [p for f in dataclasses.fields(value) for p in _finite_rules(getattr(value, f.name), prefix + f.name)]
+    return []
+
+
+def _scalar_rules(cfg: TrainConfig) -> list[str]:
+    p: list[str] = []
+    if cfg.version != TRAIN_CONFIG_VERSION:
+        p.append(f"--version: train_config schema version {cfg.version} is not supported (expected {TRAIN_CONFIG_VERSION})")
+    _positive(p, "steps", cfg.steps)
+    _positive(p, "batch_size", cfg.batch_size)
+    _positive(p, "log_freq", cfg.log_freq)
+    _positive(p, "save_freq", cfg.save_freq)
+    _positive(p, "num_workers", cfg.num_workers, 0)
+    _positive(p, "checkpoint_keep", cfg.checkpoint_keep, 0)
+    _positive(p, "accelerator.gradient_accumulation.steps", cfg.grad_accum_steps)
+    if cfg.optimizer.lr <= 0:
+        p.append(f"--optimizer.lr: must be > 0, got {cfg.optimizer.lr}")
+    if cfg.optimizer.grad_clip_norm < 0:
+        p.append(f"--optimizer.grad_clip_norm: must be >= 0, got {cfg.optimizer.grad_clip_norm}")
+    if len(cfg.optimizer.betas) != 2 or not all(0 <= b < 1 for b in cfg.optimizer.betas):
+        p.append(f"--optimizer.betas: expected two values in [0, 1), got {cfg.optimizer.betas}")
+    _positive(p, "scheduler.warmup_steps", cfg.scheduler.warmup_steps, 0)
+    if not 0 <= cfg.scheduler.min_lr_ratio <= 1:
+        p.append(f"--scheduler.min_lr_ratio: must be in [0, 1], got {cfg.scheduler.min_lr_ratio}")
+    if cfg.dataset.episodes is not None and (
+        any(e < 0 for e in cfg.dataset.episodes) or len(set(cfg.dataset.episodes)) != len(cfg.dataset.episodes)
+    ):
+        p.append(f"--dataset.episodes: expected distinct episode indices >= 0, got {cfg.dataset.episodes}")
+    if cfg.world_size is not None and cfg.world_size < 1:
+        p.append(f"--world_size: must be >= 1, got {cfg.world_size}")
+    return p
+
+
+def _policy_rules(cfg: TrainConfig) -> list[str]:
+    p: list[str] = []
+    pol = cfg.policy
+    _positive(p, "policy.chunk_size", pol.chunk_size)
+    _positive(p, "policy.n_action_steps", pol.n_action_steps)
+    if pol.n_action_steps > pol.chunk_size:
+        p.append(f"--policy.n_action_steps: must be <= --policy.chunk_size ({pol.chunk_size}), got {pol.n_action_steps}")
+    if not 0 <= pol.dropout < 1:
+        p.append(f"--policy.dropout: must be in [0, 1), got {pol.dropout}")
+    if isinstance(pol, ACTConfig):
+        for name in ("dim_model", "n_heads", "dim_feedforward", "n_encoder_layers", "n_decoder_layers", "latent_dim", "n_vae_encoder_layers"):
+            _positive(p, f"policy.{name}", getattr(pol, name))
+        if pol.n_heads >= 1 and pol.dim_model % pol.n_heads:
+            p.append(f"--policy.dim_model: must be divisible by --policy.n_heads ({pol.n_heads}), got {pol.dim_model}")
+        if not pol.backbone_channels or any(c < 1 for c in pol.backbone_channels):
+            p.append(f"--policy.backbone_channels: expected a non-empty list of positive ints, got {pol.backbone_channels}")
+    else:
+        _positive(p, "policy.hidden_dim", pol.hidden_dim)
+        _positive(p, "policy.n_layers", pol.n_layers)
+    if pol.push_to_hub and not pol.repo_id:
+        p.append("--policy.repo_id: required with --policy.push_to_hub=true (user/name)")
+    if pol.repo_id:
+        try:
+            check_repo_id(pol.repo_id)
+        except ConfigError as exc:
+            p.append(str(exc))
+    return p
+
+
+def _accelerator_rules(cfg: TrainConfig) -> list[str]:
+    p: list[str] = []
+    fsdp = cfg.accelerator.fsdp
+    if fsdp.wrap_modules is not None and fsdp.min_num_params is not None:
+        p.append("--accelerator.fsdp.wrap_modules and --accelerator.fsdp.min_num_params are exclusive: set only one")
+    if fsdp.wrap_modules is not None and not fsdp.wrap_modules:
+        p.append("--accelerator.fsdp.wrap_modules: empty list; give class names or leave it unset")
+    if fsdp.min_num_params is not None and fsdp.min_num_params < 1:
+        p.append(f"--accelerator.fsdp.min_num_params: must be >= 1, got {fsdp.min_num_params}")
+    if fsdp.ignored_modules is not None:
+        try:
+            re.compile(fsdp.ignored_modules)
+        except re.error as exc:
+            p.append(f"--accelerator.fsdp.ignored_modules: not a valid regex ({exc})")
+    mpp = fsdp.mixed_precision_policy
+    for name in ("param_dtype", "reduce_dtype", "output_dtype"):
+        if getattr(mpp, name) == "float16" and cfg.accelerator.mixed_precision != "fp16":
+            p.append(
+                f"--accelerator.fsdp.mixed_precision_policy.{name}=float16 needs --accelerator.mixed_precision=fp16 "
+                "(fp16 needs the loss scaler that mode builds)"
+            )
+    return p
+
+
+def _run_rules(cfg: TrainConfig) -> list[str]:
+    p: list[str] = []
+    if cfg.resume and cfg.config_path is None:
+        p.append("--resume=true needs --config_path=<run>/checkpoints/last/pretrained_model/train_config.json")
+    if cfg.checkpoint_async and cfg.checkpoint_format == "safetensors":
+        p.append("--checkpoint_async=true needs --checkpoint_format=dcp or safetensors_dcp (a sharded run)")
+    peft = cfg.peft
+    if peft.method_type is not None:
+        if cfg.policy.path is None:
+            p.append("--peft.method_type=LORA needs --policy.path=<base model folder> to adapt")
+        _positive(p, "peft.r", peft.r)
+    if not 0 <= peft.lora_dropout < 1:
+        p.append(f"--peft.lora_dropout: must be in [0, 1), got {peft.lora_dropout}")
+    return p
+
+
+def _topology_rules(cfg: TrainConfig, topo: Topology) -> list[str]:
+    if cfg.checkpoint_format != "safetensors" and not topo.sharded:
+        return [
+            f"--checkpoint_format={cfg.checkpoint_format} needs a sharded run (dp_shard > 1); "
+            f"this run is {topo.describe()}: use --checkpoint_format=safetensors"
+        ]
+    return []
+
+
+def validate(cfg: TrainConfig, world_size: int | None = None, nnodes: int = 1) -> Topology | None:
+    """Check every rule; return the resolved topology when `world_size` is given."""
+    problems = _finite_rules(cfg) + _scalar_rules(cfg) + _policy_rules(cfg) + _accelerator_rules(cfg) + _run_rules(cfg)
+    topo: Topology | None = None
+    try:
+        if world_size is None:
+            _check_degrees(cfg.parallelism)
+        else:
+            topo = resolve_topology(cfg.parallelism, world_size, nnodes)
+            problems += _topology_rules(cfg, topo)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    if problems:
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the settings:\n  " + "\n  ".join(problems)
+        raise ConfigError(head, problems=problems)
+    return topo

@@ -1,0 +1,195 @@
+"""The engine's side of checkpoints, resume, the final model and publishing.
+
+Every function here is called on every rank (saves, loads and gathers are collective);
+files are written by the main rank inside lr-checkpoint / lr-publish. Resume is two-phase:
+`read_resume` + `restore_rng_or_warn` before wrapping, `load_state` after it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lr_checkpoint import (
+    ResumeState,
+    SaveRequest,
+    gather_model_state_dict,
+    load_model_and_optimizer,
+    read_resume_state,
+    resolve_step_dir,
+    restore_rng,
+    save_checkpoint,
+    wait_for_pending_save,
+)
+from lr_config import ConfigError, TrainConfig, TrainingStep, save_json, to_dict
+
+from ._parallel.dist import DistContext, barrier
+from ._policies.base import policy_config_dict
+from ._processors import save_processors
+
+if TYPE_CHECKING:
+    from ._train import Run
+
+SCHEDULER_STATE_VERSION = 1
+
+
+@dataclass
+class Resume:
+    step_dir: Path
+    state: ResumeState
+
+    @property
+    def training_step(self) -> TrainingStep:
+        return self.state.training_step
+
+
+def read_resume(cfg: TrainConfig) -> Resume:
+    """Phase 1: which checkpoint, and its step, schedule and scaler state (no collectives)."""
+    assert cfg.config_path is not None
+    step_dir = resolve_step_dir(cfg.config_path)
+    return Resume(step_dir=step_dir, state=read_resume_state(step_dir))
+
+
+def restore_rng_or_warn(resume: Resume, ctx: DistContext) -> None:
+    if not restore_rng(resume.step_dir, ctx.rank) and ctx.is_main:
+        print(f"warning: {resume.step_dir} has no RNG state for rank {ctx.rank}; this rank keeps a fresh seed", flush=True)
+
+
+def load_state(run: Run, resume: Resume) -> None:
+    """Phase 2, after wrapping: weights and optimizer resharded onto this layout; the scaler."""
+    load_model_and_optimizer(resume.step_dir, run.model, run.optimizer)
+    sched = resume.state.scheduler_state
+    if sched.get("version") != SCHEDULER_STATE_VERSION:
+        raise ConfigError(f"{resume.step_dir / 'training_state' / 'scheduler_state.json'}: unsupported version {sched.get('version')!r}")
+    if run.scaler is not None and resume.state.scaler_state is not None:
+        run.scaler.load_state_dict(resume.state.scaler_state)
+
+
+def changed_settings(old: TrainingStep, new: TrainingStep) -> list[str]:
+    pairs = [
+        ("batch_size", old.batch_size, new.batch_size),
+        ("grad_accum", old.grad_accum, new.grad_accum),
+        ("dp_world_size", old.dp_world_size, new.dp_world_size),
+        ("world_size", old.topology.world_size, new.topology.world_size),
+        ("layout", old.topology.layout, new.topology.layout),
+        ("nodes", old.topology.nnodes, new.topology.nnodes),
+        ("precision", old.precision, new.precision),
+    ]
+    return [f"{name} {a} -> {b}" for name, a, b in pairs if a != b]
+
+
+def warn_changed_settings(run: Run, resume: Resume) -> None:
+    from ._train import training_step_record
+
+    changes = changed_settings(resume.training_step, training_step_record(run, run.start_step))
+    if changes and run.ctx.is_main:
+        exact = "exact" if run.data.exact_position else "not sample-exact (batch_size x dp_world_size changed): continuing at the same epoch, next step boundary"
+        print(f"warning: resuming {resume.step_dir} with changed settings: {', '.join(changes)}; data position {exact}", flush=True)
+
+
+def _write_pretrained_extras(run: Run) -> Any:
+    def write(directory: Path) -> None:
+        save_json(directory / "config.json", policy_config_dict(run.cfg.policy))
+        save_processors(directory, run.data.pre, run.data.post)
+        if run.cfg.peft.method_type is not None:
+            from ._adapters import write_adapter_config
+
+            assert run.cfg.policy.path is not None
+            write_adapter_config(directory, run.policy, run.cfg.policy.path)
+
+    return write
+
+
+def trainable_names(run: Run) -> set[str]:
+    return {name for name, p in run.model.named_parameters() if p.requires_grad}
+
+
+def scheduler_state(run: Run, step: int) -> dict[str, Any]:
+    return {"version": SCHEDULER_STATE_VERSION, "type": run.cfg.scheduler.type, "last_step": step}
+
+
+def save(run: Run, step: int, training_step: TrainingStep) -> Path:
+    request = SaveRequest(
+        model=run.model,
+        optimizer=run.optimizer,
+        train_config=run.cfg,
+        training_step=training_step,
+        scheduler_state=scheduler_state(run, step),
+        scaler_state=run.scaler.state_dict() if run.scaler is not None else None,
+        write_pretrained=_write_pretrained_extras(run),
+    )
+    try:
+        path = save_checkpoint(run.output_dir / "checkpoints", step, request)
+    except BaseException as exc:
+        if run.ctx.is_main:
+            last = run.output_dir / "checkpoints" / "last"
+            kept = f"last still -> {os.readlink(last)}" if last.is_symlink() else "no earlier checkpoint"
+            print(f"checkpoint failed: {run.output_dir / 'checkpoints'} step {step}: {type(exc).__name__}: {exc}; {kept}", flush=True)
+        raise
+    if run.ctx.is_main:
+        print(f"checkpoint saved: {path}", flush=True)
+    return path
+
+
+def finish_pending() -> None:
+    wait_for_pending_save()
+
+
+def write_final_model(run: Run) -> None:
+    """Gather the full weights (collective); the main rank writes output_dir/pretrained_model atomically."""
+    state = gather_model_state_dict(run.model)
+    if run.ctx.is_main:
+        from safetensors.torch import save_file
+
+        final = run.output_dir / "pretrained_model"
+        tmp = Path(tempfile.mkdtemp(prefix=".pretrained_model.tmp-", dir=run.output_dir))
+        name = "model.safetensors"
+        if run.cfg.peft.method_type is not None:
+            keep = trainable_names(run)
+            state = {k: v for k, v in state.items() if k in keep}
+            name = "adapter_model.safetensors"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / name))
+        _write_pretrained_extras(run)(tmp)
+        save_json(tmp / "train_config.json", to_dict(run.cfg))
+        old = run.output_dir / ".pretrained_model.old"
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    barrier()
+
+
+def publish(run: Run) -> None:
+    from lr_publish import default_publish_folder, publish_trained_model
+
+    cfg = run.cfg
+    assert cfg.policy.repo_id is not None
+    from ._train import training_step_record
+
+    url = publish_trained_model(
+        run.model,
+        train_config=cfg,
+        training_step=training_step_record(run, cfg.steps),
+        write_pretrained=_write_pretrained_extras(run),
+        repo_id=cfg.policy.repo_id,
+        private=cfg.policy.private,
+        endpoint=cfg.hub.endpoint,
+        revision=cfg.hub.revision,
+        folder=default_publish_folder(run.output_dir, cfg.policy.repo_id, cfg.steps),
+    )
+    if url is not None and run.ctx.is_main:
+        print(f"Model pushed to {url}", flush=True)
+
+
+def check_publish(cfg: TrainConfig) -> None:
+    """Before training: a bad repo id or a missing token fails now, not after hours."""
+    if cfg.policy.push_to_hub:
+        from lr_publish import check_publish_settings
+
+        assert cfg.policy.repo_id is not None
+        check_publish_settings(cfg.policy.repo_id, flag="--policy.repo_id")

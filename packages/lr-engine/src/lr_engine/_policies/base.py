@@ -1,0 +1,148 @@
+"""The policy protocol, the registry and safetensors-only save/load.
+
+A policy is an `nn.Module` built from its lr-config dataclass and the dataset's features:
+- `forward(batch) -> (loss, info)`: `info` holds detached scalar tensors (no host sync);
+- `predict_action_chunk(batch)` returns `[B, chunk_size, action_dim]` (normalized space);
+- `select_action(batch)` pops one action per call from a queue refilled every
+  `n_action_steps` calls; `reset()` clears it;
+- `_fsdp_wrap_modules`: class names of its repeated blocks (the FSDP units);
+- `_fsdp_forward_methods`: entry points besides forward that must work on a sharded model.
+
+`save_pretrained(policy, dir)` writes `config.json` (the policy config, tagged by `type`,
+with `version`) and `model.safetensors`; `load_pretrained(dir)` reads them back. Weights
+travel only as safetensors: nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from lr_config import ConfigError, PolicyConfigBase, from_dict, save_json, to_dict
+from lr_config import PolicyConfig
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+POLICY_CONFIG_VERSION = 1
+
+
+class Policy(nn.Module):
+    config_class: ClassVar[type[PolicyConfigBase]]
+    name: ClassVar[str]
+    _fsdp_wrap_modules: ClassVar[list[str]] = []
+    _fsdp_forward_methods: ClassVar[list[str]] = ["select_action", "predict_action_chunk"]
+    _peft_target_modules: ClassVar[list[str]] = []
+
+    def __init__(self, config: PolicyConfigBase) -> None:
+        super().__init__()
+        if config.input_features is None or config.output_features is None:
+            raise ConfigError("--policy.input_features/--policy.output_features: not resolved from the dataset")
+        self.config = config
+        self.action_key = "action"
+        self.action_dim = int(config.output_features[self.action_key].shape[0])
+        self._queue: deque[torch.Tensor] = deque()
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # noqa: D401
+        raise NotImplementedError
+
+    def predict_action_chunk(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        self._queue.clear()
+
+    @torch.no_grad()
+    def select_action(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One action `[B, action_dim]` per call; a new chunk every `n_action_steps` calls."""
+        if not self._queue:
+            chunk = self.predict_action_chunk(batch)[:, : self.config.n_action_steps]
+            self._queue.extend(chunk.transpose(0, 1))
+        return self._queue.popleft()
+
+
+def masked_l1(pred: torch.Tensor, target: torch.Tensor, is_pad: torch.Tensor | None) -> torch.Tensor:
+    """Absolute error averaged over each sample's non-padded steps, then over the batch.
+
+    Normalizing per sample (not by the batch's total count) makes the loss of a batch the
+    mean of its samples' losses, so B samples on each of N ranks give exactly the loss and
+    gradients of N*B samples on one process, and accumulation over K micro-batches equals
+    one K-times larger batch.
+    """
+    err = (pred - target).abs()
+    if is_pad is None:
+        return err.mean()
+    keep = (~is_pad).unsqueeze(-1).to(err.dtype)
+    per_sample = (err * keep).sum(dim=(1, 2)) / (keep.sum(dim=(1, 2)) * err.shape[-1]).clamp_min(1.0)
+    return per_sample.mean()
+
+
+def registry() -> dict[str, type[Policy]]:
+    from .act import ACTPolicy
+    from .mlp import MLPPolicy
+
+    return {"act": ACTPolicy, "mlp": MLPPolicy}
+
+
+def policy_class(type_name: str) -> type[Policy]:
+    classes = registry()
+    if type_name not in classes:
+        raise ConfigError(f"--policy.type: unknown policy type {type_name!r}; known: {', '.join(classes)}")
+    return classes[type_name]
+
+
+def make_policy(config: PolicyConfigBase) -> Policy:
+    return policy_class(config.type_name)(config)
+
+
+def policy_config_dict(config: PolicyConfigBase) -> dict[str, Any]:
+    return {"version": POLICY_CONFIG_VERSION, "type": config.type_name, **to_dict(config)}
+
+
+def save_pretrained(policy: Policy, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """config.json + model.safetensors (the given state dict, e.g. a gathered one)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    save_json(directory / "config.json", policy_config_dict(policy.config))
+    sd = state_dict if state_dict is not None else policy.state_dict()
+    save_file({k: v.detach().contiguous().cpu() for k, v in sd.items()}, str(directory / "model.safetensors"))
+
+
+def load_policy_config(directory: Path) -> PolicyConfigBase:
+    path = Path(directory) / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--policy.path: {path} is missing; point it at a folder with config.json and model.safetensors") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--policy.path: {path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.pop("version", None) != POLICY_CONFIG_VERSION:
+        raise ConfigError(f"--policy.path: {path} has an unsupported version; expected {POLICY_CONFIG_VERSION}")
+    config: PolicyConfigBase = from_dict(PolicyConfig, data, source=str(path))  # type: ignore[arg-type]
+    return config
+
+
+def load_weights(policy: nn.Module, directory: Path) -> None:
+    path = Path(directory) / "model.safetensors"
+    if not path.exists():
+        dcp = Path(directory) / "pytorch_model_fsdp_0"
+        hint = f"; it has only DCP shards: run lr-checkpoint convert --checkpoint_dir={directory}" if dcp.exists() else ""
+        raise ConfigError(f"--policy.path: {path} is missing{hint}")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise ConfigError(f"--policy.path: {path} is not a readable safetensors file ({exc})") from None
+    missing, unexpected = policy.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ConfigError(
+            f"--policy.path: {path} does not match the policy in config.json "
+            f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
+        )
+
+
+def load_pretrained(directory: Path) -> Policy:
+    policy = make_policy(load_policy_config(directory))
+    load_weights(policy, directory)
+    return policy

@@ -1,0 +1,190 @@
+"""Building the pieces of a run, each in one named step. Called on every rank.
+
+Order (the two-phase resume contract of ARCHITECTURE.md):
+1. `prepare_output` (main rank decides the folder, every rank agrees on it);
+2. `build_data`: dataset, processors and the rank-independent sampler, positioned at the
+   resumed step;
+3. `build_policy`: seeded identically on every rank (fine-tune base from `--policy.path`);
+4. RNG restore (phase 1 of resume, before wrapping);
+5. `parallelize`: nothing, DDP or FSDP2/HSDP;
+6. optimizer, scaler; then model and optimizer state (phase 2, resharded by DCP).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import random
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from lr_config import ConfigError, ParallelismConfig, TrainConfig, TrainingStep
+from torch import nn
+
+from ._data.dataset import LeRobotDataset, resolve_dataset_root
+from ._data.sampler import DataPosition, GlobalOrderBatchSampler, resume_position
+from ._parallel.dist import DistContext
+from ._parallel.wrap import WrapPlan, apply_ddp, apply_fsdp, plan_wrap
+from ._policies.base import Policy, load_policy_config, load_weights, make_policy
+from ._processors import Normalizer, make_processors
+
+
+def broadcast_object(value: Any, ctx: DistContext) -> Any:
+    if not ctx.distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def default_output_dir(cfg: TrainConfig) -> Path:
+    now = _dt.datetime.now()
+    return Path("outputs") / "train" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{cfg.job_name}"
+
+
+def holds_a_run(out: Path) -> bool:
+    """A folder already in use: anything but what a launcher writes before the run starts
+    (`logs/`, where lr-tui and Slurm send the output, and a `*.slurm` script)."""
+    if not out.exists():
+        return False
+    return any(not (entry.name == "logs" and entry.is_dir()) and entry.suffix != ".slurm" for entry in out.iterdir())
+
+
+def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
+    """Fill job_name/output_dir; refuse to reuse a run folder without --resume."""
+    job = cfg.job_name or cfg.policy.type_name
+    cfg = replace(cfg, job_name=job)
+    decided: tuple[str, str] | None = None
+    if ctx.is_main:
+        out = cfg.output_dir or default_output_dir(cfg)
+        problem = ""
+        if not cfg.resume and holds_a_run(out):
+            what = "a run" if any((out / name).exists() for name in ("train_config.json", "checkpoints", "run.json")) else "files"
+            problem = (
+                f"--output_dir: {out} already holds {what}; choose another --output_dir, or continue that run with "
+                f"--resume=true --config_path={out}/checkpoints/last/pretrained_model/train_config.json"
+            )
+        decided = (str(out), problem)
+    out_str, problem = broadcast_object(decided, ctx)
+    if problem:
+        raise ConfigError(problem)
+    return replace(cfg, output_dir=Path(out_str))
+
+
+@dataclass
+class Data:
+    dataset: LeRobotDataset
+    sampler: GlobalOrderBatchSampler
+    loader: torch.utils.data.DataLoader[Any]
+    pre: Normalizer
+    post: Normalizer
+    exact_position: bool
+
+
+def policy_horizon(cfg: TrainConfig) -> int:
+    return cfg.policy.chunk_size
+
+
+def resolve_features(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
+    """Fill the dataset root and the policy's features (from --policy.path or the dataset)."""
+    root = resolve_dataset_root(cfg.dataset, create_demo=ctx.is_main)
+    if ctx.distributed:
+        dist.barrier()  # the main rank may have generated the demo dataset
+    from ._data.dataset import load_meta
+
+    meta = load_meta(root)
+    policy = cfg.policy
+    if policy.path is not None:
+        base = load_policy_config(policy.path)
+        if type(base) is not type(policy):
+            raise ConfigError(f"--policy.path: {policy.path} holds a {base.type_name!r} policy, but --policy.type is {policy.type_name!r}")
+        policy = replace(base, **{k: getattr(policy, k) for k in ("device", "path", "repo_id", "push_to_hub", "private", "license")})
+    if policy.input_features is None or policy.output_features is None:
+        inputs, outputs = meta.policy_features()
+        policy = replace(policy, input_features=inputs, output_features=outputs)
+    _check_features_present(policy.input_features or {}, meta.features, root)
+    return replace(cfg, dataset=replace(cfg.dataset, root=root), policy=policy)
+
+
+def _check_features_present(inputs: dict[str, Any], features: dict[str, Any], root: Path) -> None:
+    missing = [k for k in inputs if k not in features]
+    if missing:
+        raise ConfigError(f"{root / 'meta' / 'info.json'}: the policy needs features {missing} that the dataset does not have")
+
+
+def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None) -> Data:
+    assert cfg.dataset.root is not None
+    dataset = LeRobotDataset(cfg.dataset.root, episodes=cfg.dataset.episodes, action_horizon=policy_horizon(cfg))
+    topo = ctx.topology
+    global_batch = cfg.batch_size * topo.dp_world_size
+    start, exact = DataPosition(0, 0), True
+    if resumed is not None:
+        old_global = resumed.batch_size * resumed.dp_world_size
+        start, exact = resume_position(resumed.step, old_global, global_batch, len(dataset))
+    sampler = GlobalOrderBatchSampler(
+        len(dataset), seed=cfg.seed, batch_size=cfg.batch_size, dp_world_size=topo.dp_world_size, dp_rank=ctx.dp_rank, start=start
+    )
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=cfg.num_workers,
+        pin_memory=ctx.device.type == "cuda",
+        persistent_workers=cfg.num_workers > 0,
+        # Its own generator: creating the iterator must not draw from the global RNG, or a
+        # resumed run (which creates it after restoring the RNG) would diverge.
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
+    assert cfg.policy.input_features is not None and cfg.policy.output_features is not None
+    pre, post = make_processors(cfg.policy.input_features, cfg.policy.output_features, dict(cfg.policy.normalization_mapping), dataset.meta.stats)
+    return Data(dataset=dataset, sampler=sampler, loader=loader, pre=pre, post=post, exact_position=exact)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_policy(cfg: TrainConfig, device: torch.device) -> nn.Module:
+    """The policy with identical initial weights on every rank (the base's weights when
+    fine-tuning), wrapped with LoRA adapters when --peft.method_type is set."""
+    seed_everything(cfg.seed)
+    policy: nn.Module = make_policy(cfg.policy)
+    if cfg.policy.path is not None:
+        load_weights(policy, cfg.policy.path)
+    if cfg.peft.method_type is not None:
+        from ._adapters import apply_lora
+
+        policy = apply_lora(policy, cfg)
+    return policy.to(device)
+
+
+def policy_type(model: nn.Module) -> type[Policy]:
+    """The policy class inside a (PEFT-wrapped) model."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    assert isinstance(inner, Policy)
+    return type(inner)
+
+
+def parallelize(policy: nn.Module, cfg: TrainConfig, ctx: DistContext) -> tuple[nn.Module, WrapPlan | None]:
+    topo = ctx.topology
+    if topo.layout == "single":
+        return policy, None
+    if topo.layout == "ddp":
+        return apply_ddp(policy, cfg, ctx), None
+    plan = plan_wrap(policy, cfg, policy_type(policy)._fsdp_wrap_modules)
+    return apply_fsdp(policy, cfg, ctx, plan), plan
+
+
+def resolved_parallelism(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
+    topo = ctx.topology
+    par = ParallelismConfig(dp_replicate=topo.dp_replicate, dp_shard=topo.dp_shard, context_parallel=cfg.parallelism.context_parallel)
+    return replace(cfg, parallelism=par)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]

@@ -1,0 +1,359 @@
+"""The training loop: one code path for single process, DDP, FSDP2 and HSDP.
+
+`train(cfg)` runs on every rank, as a short sequence of named steps (see `setup.py` for
+the build order). Per loop step: fetch this rank's micro-batch, normalize, forward under
+the layout's precision, backward (scaled by 1/K and, for fp16, by the loss scaler), and on
+every K-th micro-step: sync ignored-module gradients, unscale, clip, set the step's LR,
+update. Gradient sync is skipped on the first K-1 micro-steps (DDP `no_sync`, FSDP2
+`set_requires_gradient_sync(False)`). Checkpoints are collective and happen at update
+boundaries; only the main rank writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from lr_config import (
+    MetricsRecord,
+    RunStatus,
+    TrainConfig,
+    TrainingStep,
+    banner_line,
+    save_json,
+    save_run_status,
+    to_dict,
+)
+from torch import nn
+
+from . import _checkpointing as checkpointing
+from ._metrics import MetricsSink, MetricsWindow
+from ._optim import clip_and_norm, lr_at, make_optimizer, set_lr
+from ._parallel.dist import DistContext
+from ._parallel.precision import autocast_for, make_scaler
+from ._parallel.wrap import WrapPlan, sync_ignored_grads
+from ._setup import (
+    Data,
+    build_data,
+    build_policy,
+    new_run_id,
+    parallelize,
+    prepare_output,
+    resolve_features,
+    resolved_parallelism,
+    seed_everything,
+)
+
+
+@dataclass
+class Run:
+    cfg: TrainConfig
+    ctx: DistContext
+    data: Data
+    policy: nn.Module
+    model: nn.Module
+    plan: WrapPlan | None
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    run_id: str
+    start_step: int = 0
+    current_step: int = 0
+    updates: int = 0
+    skipped_updates: int = 0
+    stopped: bool = False
+    grad_norm: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+    status: RunStatus = field(default_factory=RunStatus)
+
+    @property
+    def output_dir(self) -> Path:
+        assert self.cfg.output_dir is not None
+        return self.cfg.output_dir
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.cfg.batch_size * self.ctx.topology.dp_world_size
+
+
+def log(ctx: DistContext, message: str) -> None:
+    if ctx.is_main:
+        print(message, flush=True)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_status(run: Run, status: str, step: int, error: str | None = None) -> None:
+    if not run.ctx.is_main:
+        return
+    run.status = replace(run.status, status=status, step=step, updated=_now(), error=error)  # type: ignore[arg-type]
+    save_run_status(run.output_dir / "run.json", run.status)
+
+
+def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
+    checkpointing.check_publish(cfg)
+    resume = checkpointing.read_resume(cfg) if cfg.resume else None
+    cfg = prepare_output(cfg, ctx)
+    cfg = resolve_features(resolved_parallelism(cfg, ctx), ctx)
+    data = build_data(cfg, ctx, resume.training_step if resume else None)
+    policy = build_policy(cfg, ctx.device)
+    seed_everything(cfg.seed + 7919 * ctx.rank)
+    if resume is not None:
+        checkpointing.restore_rng_or_warn(resume, ctx)
+    model, plan = parallelize(policy, cfg, ctx)
+    optimizer = make_optimizer(model.parameters(), cfg.optimizer)
+    scaler = make_scaler(cfg, ctx.device)
+    run = Run(cfg=cfg, ctx=ctx, data=data, policy=policy, model=model, plan=plan, optimizer=optimizer, scaler=scaler,
+              run_id=resume.training_step.run_id if resume else new_run_id())
+    if resume is not None:
+        checkpointing.load_state(run, resume)
+        run.start_step = resume.training_step.step
+        run.updates = resume.training_step.optimizer_updates
+        checkpointing.warn_changed_settings(run, resume)
+    return run
+
+
+def start_files(run: Run) -> None:
+    """Main rank: train_config.json and run.json at start."""
+    if not run.ctx.is_main:
+        return
+    run.output_dir.mkdir(parents=True, exist_ok=True)
+    save_json(run.output_dir / "train_config.json", to_dict(run.cfg))
+    run.status = RunStatus(
+        status="running", pid=os.getpid(), hostname=socket.gethostname(), started=_now(), updated=_now(),
+        output_dir=str(run.output_dir.resolve()), job_name=run.cfg.job_name or "", step=run.start_step,
+        steps=run.cfg.steps, world_size=run.ctx.world_size,
+    )
+    save_run_status(run.output_dir / "run.json", run.status)
+
+
+def banner(run: Run) -> None:
+    cfg, ctx = run.cfg, run.ctx
+    total = sum(p.numel() for p in run.policy.parameters())
+    trainable = sum(p.numel() for p in run.policy.parameters() if p.requires_grad)
+    log(ctx, f"lr-engine: {cfg.policy.type_name} policy, {total:,} parameters ({trainable:,} trainable) on {ctx.device.type}")
+    log(ctx, banner_line(cfg, ctx.topology))
+    if cfg.steps % cfg.grad_accum_steps:
+        log(ctx, f"warning: --steps={cfg.steps} is not a multiple of the accumulation steps; the last partial accumulation is not applied")
+    if run.plan is not None:
+        log(ctx, f"FSDP units ({run.plan.source}): {len(run.plan.units)}" + (f"; ignored: {', '.join(run.plan.ignored)}" if run.plan.ignored else ""))
+    log(ctx, f"dataset {cfg.dataset.root}: {len(run.data.dataset)} frames; output {run.output_dir}")
+
+
+def batches(run: Run) -> Iterator[tuple[dict[str, torch.Tensor], float]]:
+    """This rank's micro-batches on device, normalized, with the time spent waiting for each."""
+    it = iter(run.data.loader)
+    non_blocking = run.ctx.device.type == "cuda"
+    while True:
+        t0 = time.perf_counter()
+        raw = next(it)
+        batch = {k: v.to(run.ctx.device, non_blocking=non_blocking) for k, v in raw.items()}
+        yield run.data.pre(batch), time.perf_counter() - t0
+
+
+def grad_sync(run: Run, enabled: bool) -> contextlib.AbstractContextManager[Any]:
+    """Skip gradient communication on non-final micro-steps (DDP and FSDP2 alike)."""
+    model = run.model
+    if isinstance(model, nn.parallel.DistributedDataParallel) and not enabled:
+        return model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(enabled)
+    return contextlib.nullcontext()
+
+
+def forward_backward(run: Run, batch: dict[str, torch.Tensor], last_micro: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    sharded = run.ctx.topology.sharded
+    with grad_sync(run, last_micro):
+        with autocast_for(run.cfg, run.ctx.device, sharded):
+            loss, info = run.model(batch)
+        scaled = loss / run.cfg.grad_accum_steps
+        if run.scaler is not None:
+            scaled = run.scaler.scale(scaled)
+        scaled.backward()
+    return loss, info
+
+
+def _inject_test_fault(run: Run, step: int) -> None:
+    """Test-only hooks (LR_TEST_*): a rank that raises, or an inf in one rank's gradient shard."""
+    if os.environ.get("LR_TEST_RAISE_AT_STEP") == str(step) and os.environ.get("LR_TEST_RAISE_RANK", "0") == str(run.ctx.rank):
+        raise RuntimeError(f"test fault injected on rank {run.ctx.rank} at step {step} (t={time.time():.3f})")
+    if os.environ.get("LR_TEST_INF_GRAD_STEP") == str(step) and os.environ.get("LR_TEST_INF_GRAD_RANK", "0") == str(run.ctx.rank):
+        from torch.distributed.tensor import DTensor
+
+        grad = next(p.grad for p in run.model.parameters() if p.grad is not None)
+        local = grad.to_local() if isinstance(grad, DTensor) else grad
+        local.view(-1)[0] = float("inf")
+
+
+def update(run: Run, step: int) -> None:
+    """Unscale, clip, set this step's LR and apply one optimizer update (all ranks agree on skips)."""
+    if run.cfg.checkpoint_async:
+        checkpointing.finish_pending()  # a background save reads the live state: finish it first
+    sync_ignored_grads(run.model, run.plan, run.ctx.world_size)
+    params = [p for p in run.model.parameters() if p.requires_grad]
+    _inject_test_fault(run, step)
+    if run.scaler is not None:
+        run.scaler.unscale_(run.optimizer)
+    run.grad_norm = clip_and_norm(params, run.cfg.optimizer.grad_clip_norm).detach()
+    set_lr(run.optimizer, lr_at(step, run.cfg.steps, run.cfg.optimizer, run.cfg.scheduler))
+    if run.scaler is None:
+        run.optimizer.step()
+    elif bool(torch.isfinite(run.grad_norm)):
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+    else:
+        # The norm is global, so every rank takes this branch together; a per-rank found_inf
+        # (what GradScaler.step uses) can disagree when only one shard overflowed.
+        run.skipped_updates += 1
+        run.scaler.update(new_scale=run.scaler.get_scale() * run.scaler.get_backoff_factor())
+    run.optimizer.zero_grad(set_to_none=True)
+    run.updates += 1
+
+
+def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: int) -> MetricsWindow:
+    reduced = window.reduce(run.ctx.world_size, run.samples_per_step)
+    info = dict(reduced["info"])
+    if run.scaler is not None:
+        info["loss_scale"] = float(run.scaler.get_scale())
+        info["skipped_updates"] = float(run.skipped_updates)
+    record = MetricsRecord(
+        step=step,
+        epoch=run.data.sampler.epoch_after(step - run.start_step - 1),
+        samples=step * run.samples_per_step,
+        loss=reduced["loss"],
+        lr=lr_at(step - 1, run.cfg.steps, run.cfg.optimizer, run.cfg.scheduler),
+        grad_norm=float(run.grad_norm),
+        update_s=reduced["update_s"],
+        dataloading_s=reduced["dataloading_s"],
+        samples_per_s=reduced["samples_per_s"],
+        mem_gb=reduced["mem_gb"],
+        info=info,
+    )
+    if reduced["local_loss"] is not None:
+        with open(run.output_dir / f"metrics_rank{run.ctx.rank}.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "loss": reduced["local_loss"]}) + "\n")
+    if sink is not None:
+        sink.write(record)
+        write_status(run, "running", step)
+    return MetricsWindow(device=run.ctx.device)
+
+
+def training_step_record(run: Run, step: int) -> TrainingStep:
+    cfg = run.cfg
+    return TrainingStep(
+        step=step,
+        optimizer_updates=run.updates,
+        epoch=run.data.sampler.epoch_after(step - run.start_step),
+        samples_seen=step * run.samples_per_step,
+        dp_world_size=run.ctx.topology.dp_world_size,
+        batch_size=cfg.batch_size,
+        grad_accum=cfg.grad_accum_steps,
+        precision=cfg.accelerator.mixed_precision,
+        checkpoint_format=cfg.checkpoint_format,
+        peft=cfg.peft.method_type is not None,
+        seed=cfg.seed,
+        run_id=run.run_id,
+        topology=run.ctx.topology,
+    )
+
+
+def loop(run: Run) -> int:
+    cfg = run.cfg
+    K = cfg.grad_accum_steps
+    sink = MetricsSink(cfg, run.output_dir, cfg.steps, run.start_step) if run.ctx.is_main else None
+    window = MetricsWindow(device=run.ctx.device)
+    run.model.train()
+    stream = batches(run)
+    step = run.start_step
+    stop = StopRequest.install()
+    try:
+        for step in range(run.start_step + 1, cfg.steps + 1):
+            run.current_step = step - 1
+            batch, data_s = next(stream)
+            last_micro = step % K == 0
+            loss, info = forward_backward(run, batch, last_micro)
+            if last_micro:
+                update(run, step - 1)
+            run.current_step = step
+            window.add(loss, info, data_s)
+            if sink is not None:
+                sink.advance(step)
+            stopping = last_micro and stop.agreed(run.ctx)
+            if step % cfg.log_freq == 0 or step == cfg.steps or stopping:
+                window = log_step(run, window, sink, step)
+            if cfg.save_checkpoint and last_micro and (step % cfg.save_freq == 0 or step == cfg.steps or stopping):
+                checkpointing.save(run, step, training_step_record(run, step))
+            if stopping:
+                run.stopped = True
+                log(run.ctx, f"stopped at step {step} on request" + (" (checkpoint saved)" if cfg.save_checkpoint else ""))
+                break
+    finally:
+        stop.uninstall()
+        if sink is not None:
+            sink.close()
+    checkpointing.finish_pending()
+    return step
+
+
+class StopRequest:
+    """SIGINT/SIGTERM ask for a clean stop at the next update boundary, agreed by all ranks.
+
+    The flag travels over the control group (gloo, CPU) every update, so no rank stops
+    alone and a GPU run pays no device sync for it. A second signal interrupts at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: dict[int, Any] = {}
+
+    @classmethod
+    def install(cls) -> StopRequest:
+        req = cls()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            req.previous[sig] = signal.signal(sig, req._handle)
+        return req
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def uninstall(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def agreed(self, ctx: DistContext) -> bool:
+        if ctx.control_group is None:
+            return self.requested
+        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=ctx.control_group)
+        return bool(flag.item())
+
+
+def train(cfg: TrainConfig, ctx: DistContext) -> Path:
+    """Train on every rank; returns the output dir. Raises on failure (the CLI reports it)."""
+    run = build_run(cfg, ctx)
+    start_files(run)
+    banner(run)
+    try:
+        last = loop(run)
+        checkpointing.write_final_model(run)
+    except BaseException as exc:
+        write_status(run, "failed", run.current_step, error=f"{type(exc).__name__}: {exc}")
+        raise
+    write_status(run, "stopped" if run.stopped else "finished", last)
+    if cfg.policy.push_to_hub:
+        checkpointing.publish(run)
+    log(ctx, f"done: checkpoints in {run.output_dir / 'checkpoints'}, metrics in {run.output_dir / 'metrics.jsonl'}, "
+             f"model in {run.output_dir / 'pretrained_model'}")
+    return run.output_dir
