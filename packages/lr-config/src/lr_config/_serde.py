@@ -16,14 +16,13 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-import cattrs
-from cattrs.preconf.json import make_converter as _json_converter
-from cattrs.strategies import configure_tagged_union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._configs import POLICY_TYPES, PolicyConfig
 from ._errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    import cattrs
 
 __all__ = ["from_dict", "load_json", "make_converter", "save_json", "to_dict", "converter"]
 
@@ -79,6 +78,9 @@ def _policy_tag(cls: type) -> str:
 
 def make_converter() -> cattrs.Converter:
     """A new strict JSON converter for every contract dataclass."""
+    from cattrs.preconf.json import make_converter as _json_converter
+    from cattrs.strategies import configure_tagged_union
+
     conv = _json_converter(forbid_extra_keys=True, omit_if_default=False)
     conv.register_structure_hook(int, _strict_int)
     conv.register_structure_hook(float, _strict_float)
@@ -91,12 +93,27 @@ def make_converter() -> cattrs.Converter:
     return conv
 
 
-converter = make_converter()
+_converter: cattrs.Converter | None = None
+
+
+def _conv() -> cattrs.Converter:
+    """The shared converter, built on first use: importing cattrs costs about as much as the rest
+    of `import lr_config`, and a tool that only reads flags' help or topology never needs it."""
+    global _converter
+    if _converter is None:
+        _converter = make_converter()
+    return _converter
+
+
+def __getattr__(name: str) -> Any:
+    if name == "converter":
+        return _conv()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
     """Every field of a contract dataclass as JSON-ready data."""
-    data: dict[str, Any] = converter.unstructure(obj)
+    data: dict[str, Any] = _conv().unstructure(obj)
     return data
 
 
@@ -111,12 +128,16 @@ def _flag_path(path: str) -> str:
 
 
 def _format_exception(exc: BaseException, type_: Any) -> str:
+    import cattrs
+
     if isinstance(exc, TypeError) and str(exc).startswith("expected"):
         return str(exc)
     return cattrs.v.format_exception(exc, type_)
 
 
 def _explain(exc: Exception, cls: type, data: Any) -> list[str]:
+    import cattrs
+
     if not isinstance(exc, (cattrs.BaseValidationError,)):
         return [str(exc)]
     lines: list[str] = []
@@ -158,7 +179,7 @@ def from_dict(cls: type[T], data: Any, *, source: str = "config") -> T:
     if getattr(cls, "__name__", "") == "TrainConfig" and isinstance(data, dict):
         _check_policy_type(data.get("policy"))
     try:
-        return converter.structure(data, cls)
+        return _conv().structure(data, cls)
     except Exception as exc:  # cattrs raises several kinds; all are user input problems
         problems = _explain(exc, cls, data)
         raise ConfigError(f"invalid {source}:\n  " + "\n  ".join(problems), problems=problems) from None
