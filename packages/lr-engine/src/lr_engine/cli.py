@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 from lr_config import ConfigError, check_accelerate_env, did_you_mean, format_help, parse_train_config, validate
@@ -20,9 +21,29 @@ from lr_config import ConfigError, check_accelerate_env, did_you_mean, format_he
 USAGE = "usage: lr-engine train [--name=value ...]   (lr-engine train --help lists every flag)"
 
 
+_PEER_GRACE_S = 10.0
+
+
 def _error(message: str) -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"lr-engine: error: {message}", file=sys.stderr, flush=True)
+
+
+def _config_error(message: str) -> None:
+    """Say what to change once, from rank 0, and never lose it.
+
+    Every rank checks the same flags and files, so rank 0 normally meets the same problem and
+    prints it; its exit then makes the launcher stop the other ranks. Another rank must not exit
+    first: a launcher that sees it exit stops rank 0, maybe before rank 0 printed anything (seen
+    under load). So it waits; if it is still alive after the grace, the problem is its own, and it
+    says so with its rank.
+    """
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        _error(message)
+        return
+    time.sleep(_PEER_GRACE_S)
+    print(f"lr-engine: error (rank {rank}): {message}", file=sys.stderr, flush=True)
 
 
 def _command(argv: list[str]) -> list[str] | int:
@@ -62,7 +83,7 @@ def run(argv: list[str]) -> int:
 
         train(cfg, ctx)
     except ConfigError as exc:
-        _error(str(exc))
+        _config_error(str(exc))
         return 2
     except KeyboardInterrupt:
         _error("interrupted")
