@@ -8,6 +8,7 @@ Also: the Slurm script from lr-config launches what it says, through a stub `sru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from _support.procs import free_port, run_torchrun, subprocess_env
@@ -148,7 +150,12 @@ def test_a_lost_node_ends_the_other_without_hanging(tmp_path: Path, demo_dataset
         assert time.monotonic() < deadline, "the 2-node run never started training"
         assert all(n.poll() is None for n in nodes)
         time.sleep(0.5)
-    os.killpg(nodes[1].pid, signal.SIGKILL)
+    # The whole node: torchrun starts each worker in its own session, so killing the agent's
+    # process group alone would leave node 1's workers training on as orphans.
+    lost = [nodes[1].pid, *(c.pid for c in psutil.Process(nodes[1].pid).children(recursive=True))]
+    for pid in lost:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
     nodes[0].communicate(timeout=180)
     assert nodes[0].returncode != 0
