@@ -76,11 +76,11 @@ def run_on_main(block: Callable[[], None], what: str) -> None:
     message = broadcast_value(None if failure is None else f"{type(failure).__name__}: {failure}")
     if isinstance(failure, OSError):
         # A full disk, a file size limit, a read-only folder: name what was being written and
-        # what is safe, instead of a bare traceback. The save never committed, so `last` is intact.
+        # what is safe, instead of a bare traceback. `last` only ever moves atomically, so it still
+        # names a complete checkpoint, whichever block of a save failed (this one also runs the commit).
         raise CheckpointError(
-            f"{what} failed ({failure}); nothing of this save was committed and `last` still names the newest "
-            "complete checkpoint: free space on that disk (or raise the file size limit), or pick another "
-            "--output_dir, then resume"
+            f"{what} failed ({failure}); `last` still names a complete checkpoint: free space on that disk "
+            "(or raise the file size limit), or pick another --output_dir, then resume"
         ) from None
     if failure is not None:
         raise failure
