@@ -111,8 +111,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("fsdp", DETERMINISTIC + ["--checkpoint_format=safetensors"]),
         ("fsdp", DETERMINISTIC + ["--checkpoint_format=dcp"]),
         ("fsdp", DETERMINISTIC + ["--checkpoint_format=safetensors_dcp"]),
+        # background saves: the loop's next update waits only for the copy of the state
+        ("fsdp", DETERMINISTIC + ["--checkpoint_format=dcp", "--checkpoint_async=true"]),
     ],
-    ids=["single", "ddp", "hsdp", "fsdp-safetensors", "fsdp-dcp", "fsdp-safetensors_dcp"],
+    ids=["single", "ddp", "hsdp", "fsdp-safetensors", "fsdp-dcp", "fsdp-safetensors_dcp", "fsdp-dcp-async"],
 )
 def test_resume_is_bit_exact_on_the_same_topology(root: Path, demo_dataset: Path, layout: str, extra: list[str]) -> None:
     name = f"{layout}-{len(extra)}-{extra[-1].split('=')[-1] if extra else 'rng'}"

@@ -9,7 +9,8 @@ write `safetensors`.
 Saving (collective, every rank):
 
     >>> path = save_checkpoint(output_dir / "checkpoints", step, SaveRequest(...))
-    >>> wait_for_pending_save()        # before the next optimizer.step (async DCP saves)
+    >>> wait_for_staging()             # before the next optimizer.step (async DCP saves)
+    >>> wait_for_pending_save()        # before exiting: the background commit is done
 
 Resuming, in two phases:
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from ._gather import gather_model_state_dict
     from ._load import load_model_and_optimizer
     from ._rng import capture_rng_state, restore_rng
-    from ._save import save_checkpoint, wait_for_pending_save
+    from ._save import save_checkpoint, wait_for_pending_save, wait_for_staging
     from ._verify import verify_checkpoint
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "save_checkpoint",
     "verify_checkpoint",
     "wait_for_pending_save",
+    "wait_for_staging",
 ]
 
 _HEAVY = {
@@ -76,6 +78,7 @@ _HEAVY = {
     "save_checkpoint": "._save",
     "verify_checkpoint": "._verify",
     "wait_for_pending_save": "._save",
+    "wait_for_staging": "._save",
 }
 
 

@@ -5,12 +5,14 @@ were saved: a flipped bit inside a tensor loads fine. So every save records the 
 SHA-256 of each file of the step folder, and `verify` and resume compare them.
 
 - At commit (collective, before the temporary folder is renamed) the main rank lists the
-  files; each rank hashes every world_size-th of them, in threads (hashlib releases the GIL
-  on large buffers, and the files were just written, so they are read from the page cache);
-  the main rank writes `checksums.json`. It is fsynced and renamed with the rest.
-- `checksum_problems(step_dir)` (one process, for verify) and `check_checksums(step_dir)`
-  (collective, for resume, the hashing shared the same way) name each file that is missing,
-  has another size, or another SHA-256.
+  files and their sizes; the files are split over the ranks by bytes (`_share`), each rank
+  hashes its share in threads (hashlib releases the GIL on large buffers, and the files
+  were just written, so they are read from the page cache); the main rank writes
+  `checksums.json`. It is fsynced and renamed with the rest.
+- `checksum_problems(step_dir)` (one process, for verify) and `ChecksumCheck(step_dir)`
+  (resume: started on every rank before the load so the hashing overlaps it, then
+  `finish()`, collective) name each file that is missing, has another size, or another
+  SHA-256.
 
 A step folder without `checksums.json` (written by hand or by an older lr) is checked
 structurally only. `lr-checkpoint convert` keeps the file true with `update_checksums`: the
@@ -21,16 +23,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
+import torch.distributed as dist
 from lr_config import Checksums, ConfigError, FileDigest, load_checksums, save_checksums
 
 from ._dist import broadcast_value, gather_values, is_main, rank, run_on_main, world_size
 from ._errors import CheckpointError
 
-__all__ = ["CHECKSUMS", "check_checksums", "checksum_problems", "update_checksums", "write_checksums"]
+__all__ = ["CHECKSUMS", "ChecksumCheck", "checksum_problems", "update_checksums", "write_checksums"]
 
 CHECKSUMS = "checksums.json"
 _THREADS = 4
@@ -49,21 +52,41 @@ def _digests(root: Path, names: list[str]) -> dict[str, FileDigest]:
         return dict(zip(names, pool.map(lambda name: _digest(root / name), names)))
 
 
-def _listed_files(root: Path) -> list[str]:
-    """Every regular file under `root` (relative, `/`-separated, sorted), checksums.json aside."""
-    names = []
+def _share(sizes: dict[str, int], me: int, ranks: int) -> list[str]:
+    """This rank's files to hash: the biggest first, each to the rank with the fewest bytes so
+    far (ties: the lowest rank), so that one large optimizer file does not land with others
+    on one rank. Every rank computes the same split from the same sizes."""
+    loads = [0] * ranks
+    mine = []
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        target = min(range(ranks), key=lambda r: (loads[r], r))
+        loads[target] += sizes[name]
+        if target == me:
+            mine.append(name)
+    return sorted(mine)
+
+
+def _listed_files(root: Path) -> dict[str, int]:
+    """Every regular file under `root` (relative, `/`-separated, sorted) and its size,
+    checksums.json aside."""
+    found = {}
     for folder, _, files in os.walk(root):
         for name in files:
             path = Path(folder) / name
             if path.is_file() and not path.is_symlink():
-                names.append(path.relative_to(root).as_posix())
-    return sorted(n for n in names if n != CHECKSUMS)
+                found[path.relative_to(root).as_posix()] = path.stat().st_size
+    return {n: found[n] for n in sorted(found) if n != CHECKSUMS}
 
 
-def write_checksums(root: Path) -> None:
-    """Collective: hash every file of the step folder `root`; the main rank writes checksums.json."""
-    names: list[str] = broadcast_value(_listed_files(root) if is_main() else [])
-    parts = gather_values(_digests(root, names[rank() :: world_size()]))
+def write_checksums(root: Path, known: dict[str, FileDigest] | None = None, group: dist.ProcessGroup | None = None) -> None:
+    """Collective: hash every file of the step folder `root`; the main rank writes checksums.json.
+    `known`: digests the main rank took while it wrote those files (by relative name); they
+    are not read again. `group`: the process group to use (default: the default group)."""
+    sizes: dict[str, int] = _listed_files(root) if is_main() else {}
+    done = {name: d for name, d in (known or {}).items() if sizes.get(name) == d.size}
+    sizes, skipped = broadcast_value((sizes, set(done)), group)
+    todo = _share({name: size for name, size in sizes.items() if name not in skipped}, rank(), world_size())
+    parts = gather_values({**done, **_digests(root, todo)}, group)
 
     def write() -> None:
         merged: dict[str, FileDigest] = {}
@@ -71,12 +94,13 @@ def write_checksums(root: Path) -> None:
             merged.update(part)
         save_checksums(root / CHECKSUMS, Checksums(files=dict(sorted(merged.items()))))
 
-    run_on_main(write, f"writing {root / CHECKSUMS}")
+    run_on_main(write, f"writing {root / CHECKSUMS}", group)
 
 
-def update_checksums(root: Path, *, written: Iterable[Path] = (), removed_folder: Path | None = None) -> None:
-    """One process: record the digests of `written` files and drop the entries under
-    `removed_folder` in the step folder `root`'s checksums.json (no-op when it has none)."""
+def update_checksums(root: Path, *, written: Mapping[Path, FileDigest] | Iterable[Path] = (), removed_folder: Path | None = None) -> None:
+    """One process: record the digests of `written` files (given, or hashed here) and drop the
+    entries under `removed_folder` in the step folder `root`'s checksums.json (no-op when it
+    has none)."""
     sums = _load(root)
     if sums is None:
         return
@@ -84,8 +108,9 @@ def update_checksums(root: Path, *, written: Iterable[Path] = (), removed_folder
     if removed_folder is not None:
         prefix = Path(removed_folder).relative_to(root).as_posix() + "/"
         files = {name: d for name, d in files.items() if not name.startswith(prefix)}
-    for path in written:
-        files[Path(path).relative_to(root).as_posix()] = _digest(Path(path))
+    given = written if isinstance(written, Mapping) else {path: _digest(Path(path)) for path in written}
+    for path, digest in given.items():
+        files[Path(path).relative_to(root).as_posix()] = digest
     save_checksums(root / CHECKSUMS, Checksums(files=dict(sorted(files.items()))))
 
 
@@ -97,7 +122,9 @@ def _entry_path(root: Path, name: str) -> Path | None:
     return root.joinpath(*pure.parts)
 
 
-def _compare(root: Path, expected: dict[str, FileDigest], names: Iterable[str]) -> list[str]:
+def _size_problems(root: Path, expected: dict[str, FileDigest], names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(problems of names that are missing, outside the folder or of another size; the
+    names left to hash)."""
     problems = []
     todo: list[str] = []
     for name in names:
@@ -113,13 +140,21 @@ def _compare(root: Path, expected: dict[str, FileDigest], names: Iterable[str]) 
             )
         else:
             todo.append(name)
-    for name, got in _digests(root, todo).items():
-        if got.sha256 != expected[name].sha256:
-            problems.append(
-                f"{root / name}: its bytes differ from the save (SHA-256 does not match {CHECKSUMS}); the file is "
-                "damaged: resume from another checkpoint"
-            )
-    return problems
+    return problems, todo
+
+
+def _digest_problems(root: Path, expected: dict[str, FileDigest], got: dict[str, FileDigest]) -> list[str]:
+    return [
+        f"{root / name}: its bytes differ from the save (SHA-256 does not match {CHECKSUMS}); the file is "
+        "damaged: resume from another checkpoint"
+        for name, digest in got.items()
+        if digest.sha256 != expected[name].sha256
+    ]
+
+
+def _compare(root: Path, expected: dict[str, FileDigest], names: Iterable[str]) -> list[str]:
+    problems, todo = _size_problems(root, expected, names)
+    return problems + _digest_problems(root, expected, _digests(root, todo))
 
 
 def _load(root: Path) -> Checksums | None:
@@ -146,20 +181,71 @@ def checksum_problems(root: Path, skip: Iterable[Path] = ()) -> list[str]:
     return _compare(root, sums.files, names)
 
 
-def check_checksums(root: Path) -> None:
-    """Collective: raise CheckpointError on every rank when a file of `root` differs from
-    checksums.json; the hashing is shared over the ranks."""
-    failure = ""
-    sums: Checksums | None = None
-    try:
-        sums = _load(root)
-    except CheckpointError as exc:
-        failure = str(exc)
-    names = sorted(sums.files) if sums is not None else []
-    mine = _compare(root, sums.files, names[rank() :: world_size()]) if sums is not None else []
-    everyone = gather_values((failure, mine))
-    problems: list[str] = broadcast_value(
-        sorted({f for f, _ in everyone if f}) + sorted(p for _, part in everyone for p in part) if everyone else []
-    )
-    if problems:
-        raise CheckpointError("\n".join(problems) if len(problems) > 1 else problems[0], problems=problems)
+class ChecksumCheck:
+    """Resume's check of a step folder against checksums.json, started before the load.
+
+    Creating it (on every rank, no collective) reads checksums.json, checks this rank's
+    share of the files for presence and size, and starts hashing them in background threads
+    (hashlib releases the GIL), so the hashing overlaps the load that reads the same files
+    and each byte comes from the disk once. The files in `read_by_main` are the ones the
+    main rank reads whole and hashes as it reads them (`read_tensors`): they are nobody's
+    share, and the loader hands their digests over with `record`. `finish()` is collective:
+    it waits for the hashes and raises the same CheckpointError on every rank when a file
+    differs. `cancel()` drops the hashing when the load failed first.
+    """
+
+    def __init__(self, root: Path, read_by_main: Iterable[Path] = ()) -> None:
+        self.root = root
+        self._failure = ""
+        self._expected: dict[str, FileDigest] = {}
+        self._problems: list[str] = []
+        self._futures: dict[str, Future[FileDigest]] = {}
+        self._recorded: dict[str, FileDigest] = {}
+        self._by_main: set[str] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        try:
+            sums = _load(root)
+        except CheckpointError as exc:
+            self._failure = str(exc)
+            return
+        if sums is None:
+            return
+        self._expected = sums.files
+        self._by_main = {Path(p).relative_to(root).as_posix() for p in read_by_main} & set(sums.files)
+        rest = {n: d.size for n, d in sums.files.items() if n not in self._by_main}
+        share = _share(rest, rank(), world_size()) + (sorted(self._by_main) if is_main() else [])
+        self._problems, todo = _size_problems(root, sums.files, share)
+        self._by_main &= set(todo)  # those of another size are reported already
+        todo = [n for n in todo if n not in self._by_main]
+        if todo:
+            self._pool = ThreadPoolExecutor(max_workers=min(_THREADS, len(todo)), thread_name_prefix="lr-checksums")
+            self._futures = {name: self._pool.submit(_digest, root / name) for name in todo}
+
+    def record(self, path: Path, digest: FileDigest) -> None:
+        """The digest of a file of `read_by_main`, taken by the main rank as it read it."""
+        self._recorded[Path(path).relative_to(self.root).as_posix()] = digest
+
+    def cancel(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def finish(self) -> None:
+        """Collective: raise CheckpointError on every rank when a file differs from checksums.json."""
+        mine = list(self._problems)
+        try:
+            got = {name: future.result() for name, future in self._futures.items()}
+            unrecorded = sorted(self._by_main - set(self._recorded)) if is_main() else []
+            got.update(_digests(self.root, unrecorded))  # read_by_main named a file the loader did not read
+            got.update({name: self._recorded[name] for name in self._by_main & set(self._recorded)})
+            mine += _digest_problems(self.root, self._expected, got)
+        except OSError as exc:
+            mine.append(f"{self.root}: cannot read a file to check it ({exc})")
+        finally:
+            self.cancel()
+        everyone = gather_values((self._failure, mine))
+        problems: list[str] = broadcast_value(
+            sorted({f for f, _ in everyone if f}) + sorted(p for _, part in everyone for p in part) if everyone else []
+        )
+        if problems:
+            raise CheckpointError("\n".join(problems) if len(problems) > 1 else problems[0], problems=problems)

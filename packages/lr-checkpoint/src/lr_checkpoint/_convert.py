@@ -64,10 +64,10 @@ def convert_checkpoint(checkpoint_dir: Path, *, dtype: str = "fp32", overwrite: 
     check_convert_request(files, dtype, overwrite, delete_dcp)
     meta = read_whole_dcp_metadata(files.model_dcp)
     specs = _specs(meta, dtype)
-    write_safetensors(files.model, specs, _cast(iter_dcp_tensors(meta, [s.name for s in specs]), specs), {"format": "pt"})
+    digest = write_safetensors(files.model, specs, _cast(iter_dcp_tensors(meta, [s.name for s in specs]), specs), {"format": "pt"})
     if delete_dcp:
         _check_equal(files.model, meta, specs)
-    update_checksums(files.root, written=[files.model], removed_folder=files.model_dcp if delete_dcp else None)
+    update_checksums(files.root, written={files.model: digest}, removed_folder=files.model_dcp if delete_dcp else None)
     if delete_dcp:
         shutil.rmtree(files.model_dcp)
     return files.model

@@ -47,25 +47,26 @@ def barrier() -> None:
         dist.barrier()
 
 
-def broadcast_value(value: T) -> T:
-    """The main rank's `value` on every rank (a small picklable object)."""
+def broadcast_value(value: T, group: dist.ProcessGroup | None = None) -> T:
+    """The main rank's `value` on every rank (a small picklable object). `group`: a group of
+    every rank, for a thread other than the training's (the background commit)."""
     if not is_distributed():
         return value
     box: list[object] = [value]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=group)
     return box[0]  # type: ignore[return-value]
 
 
-def gather_values(value: T) -> list[T] | None:
+def gather_values(value: T, group: dist.ProcessGroup | None = None) -> list[T] | None:
     """Every rank's `value`, in rank order, on the main rank; None elsewhere."""
     if not is_distributed():
         return [value]
     out: list[object] | None = [None] * world_size() if is_main() else None
-    dist.gather_object(value, out, dst=0)
+    dist.gather_object(value, out, dst=0, group=group)
     return out  # type: ignore[return-value]
 
 
-def run_on_main(block: Callable[[], None], what: str) -> None:
+def run_on_main(block: Callable[[], None], what: str, group: dist.ProcessGroup | None = None) -> None:
     """Run `block` on the main rank; if it fails there, every rank raises."""
     failure: Exception | None = None
     if is_main():
@@ -73,7 +74,7 @@ def run_on_main(block: Callable[[], None], what: str) -> None:
             block()
         except Exception as exc:
             failure = exc
-    message = broadcast_value(None if failure is None else f"{type(failure).__name__}: {failure}")
+    message = broadcast_value(None if failure is None else f"{type(failure).__name__}: {failure}", group)
     if isinstance(failure, OSError):
         # A full disk, a file size limit, a read-only folder: name what was being written and
         # what is safe, instead of a bare traceback. `last` only ever moves atomically, so it still

@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_in_place
 from ._dist import run_on_main
-from ._checksums import check_checksums
+from ._checksums import ChecksumCheck
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
 from ._json_files import read_optimizer_json
 from ._st_format import read_header
+from ._st_read import read_tensors
 from ._state import (
     join_optimizer_state,
     load_full_model_state,
@@ -90,7 +90,7 @@ def _missing_model(files: StepFiles) -> CheckpointError:
     )
 
 
-def _load_model(files: StepFiles, model: nn.Module) -> None:
+def _load_model(files: StepFiles, model: nn.Module, check: ChecksumCheck) -> None:
     """Weights onto the current layout; an adapter checkpoint fills the trainable tensors only."""
     adapter = files.is_adapter
     local = local_model_state(model, trainable_only=adapter)
@@ -105,7 +105,10 @@ def _load_model(files: StepFiles, model: nn.Module) -> None:
 
     def read() -> None:
         _check_shapes(files.model, _shapes_of(local), "model")
-        full.update(load_file(files.model))
+        saved, digest = read_tensors(files.model)
+        assert digest is not None
+        check.record(files.model, digest)
+        full.update(saved)
 
     run_on_main(read, f"reading {files.model}")
     load_full_model_state(model, full, strict=not adapter)
@@ -132,7 +135,8 @@ def _load_optimizer_full(files: StepFiles, model: nn.Module, optimizer: torch.op
         extra = read_optimizer_json(files.optimizer_groups)
         _check_groups(files.optimizer_groups, extra, current)
         _check_shapes(files.optimizer, _shapes_of(tensors), "optimizer")
-        osd.update(join_optimizer_state(load_file(files.optimizer), extra, template["param_groups"]))
+        saved, _ = read_tensors(files.optimizer, hash_it=False)  # hashed by `check` meanwhile
+        osd.update(join_optimizer_state(saved, extra, template["param_groups"]))
 
     run_on_main(read, f"reading {files.optimizer}")
     load_full_optimizer_state(model, optimizer, osd)
@@ -155,7 +159,15 @@ def load_model_and_optimizer(step_dir: Path, model: nn.Module, optimizer: torch.
     compare its files with the checksums taken at save (a damaged file raises CheckpointError
     naming it, on every rank, before anything trains on what was loaded)."""
     files = StepFiles(resolve_step_dir(step_dir))
-    _load_model(files, model)
-    if optimizer is not None:
-        _load_optimizer(files, model, optimizer)
-    check_checksums(files.root)
+    # The check overlaps the load. A gathered model.safetensors is hashed as the main rank
+    # reads it; every other file (the optimizer's, DCP shards) is hashed from the start in
+    # background threads, so the optimizer's file is hashed while the model loads.
+    check = ChecksumCheck(files.root, read_by_main=[] if files.has_model_dcp() else [files.model])
+    try:
+        _load_model(files, model, check)
+        if optimizer is not None:
+            _load_optimizer(files, model, optimizer)
+    except BaseException:
+        check.cancel()
+        raise
+    check.finish()

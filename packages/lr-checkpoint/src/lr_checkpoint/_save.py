@@ -11,16 +11,19 @@ In order:
    `optimizer_state.safetensors`; `optimizer_param_groups.json` either way;
 4. one main-rank block writes the single files: train_config.json, training_step.json,
    scheduler/scaler JSON, every rank's RNG, and the engine's `write_pretrained` callback;
-5. checksums: every file's size and SHA-256 into `checksums.json` (hashed by all ranks);
+5. checksums: every file's size and SHA-256 into `checksums.json` (the main rank hashed
+   the safetensors files it wrote as it wrote them; the ranks share the rest);
 6. commit (main rank): fsync the tree, rename the temp folder to `<step:06d>`, switch
    `last` with an atomic symlink replace, prune to `checkpoint_keep`.
 
 Ranks leave only once the commit is done (or raise if it failed on the main rank). A
 crash anywhere before the rename leaves a dot-named temp folder that readers ignore and
 the next save deletes; a crash before the `last` switch leaves `last` on the previous
-checkpoint. With `checkpoint_async` and a DCP format, steps 2 and 3 write in background
-threads (their own gloo group) and steps 5 and 6 run in `wait_for_pending_save()`, which the
-engine calls on every rank before its next optimizer step and at the end of training.
+checkpoint. With `checkpoint_async` and a DCP format, steps 2 and 3 copy the state and
+write in background threads (their own gloo groups), and steps 5 and 6 run in a commit
+thread on every rank (its own gloo group) once the writes are done. The loop waits only
+for the copy (`wait_for_staging()` before its next optimizer step); `wait_for_pending_save()`
+waits for the commit, and the next save and the end of training call it.
 
 Test hook: `LR_TEST_PAUSE_IN_SAVE=before_shards|between_shards|before_rename|before_last`
 makes the main rank write `checkpoints/.paused-<point>` (its pid) and sleep there.
@@ -32,6 +35,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +49,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import async_save, save as dcp_save
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from lr_config import save_json, save_training_step, to_dict
+from lr_config import FileDigest, save_json, save_training_step, to_dict
 
 from ._checksums import write_checksums
 from ._dist import broadcast_value, gather_values, pause_point, run_on_main
@@ -56,7 +60,7 @@ from ._rng import capture_rng_state, encode_all_ranks
 from ._st_writer import write_tensor_dict
 from ._state import full_model_state, full_optimizer_state, is_sharded, local_model_state, local_optimizer_state, split_optimizer_state
 
-__all__ = ["effective_format", "save_checkpoint", "wait_for_pending_save"]
+__all__ = ["effective_format", "save_checkpoint", "wait_for_pending_save", "wait_for_staging"]
 
 _DCP_FORMATS = ("dcp", "safetensors_dcp")
 
@@ -72,11 +76,24 @@ class _Save:
     keep: int
     background: bool
     uploads: list[Any] = field(default_factory=list)
+    staged: list[Any] = field(default_factory=list)
     stagers: list[DefaultStager] = field(default_factory=list)
+    digests: dict[str, FileDigest] = field(default_factory=dict)
+    # a background save: the DCP writes it hands to its thread, the main-rank blocks that
+    # write small files, the thread, the moment its staging futures exist, its failure
+    jobs: list[tuple[dict[str, Any], Path]] = field(default_factory=list)
+    small_files: list[tuple[Callable[[], None], str]] = field(default_factory=list)
+    committer: threading.Thread | None = None
+    staging_known: threading.Event = field(default_factory=threading.Event)
+    failure: BaseException | None = None
 
     @property
     def files(self) -> StepFiles:
         return StepFiles(self.tmp)
+
+    def record(self, path: Path, digest: FileDigest) -> None:
+        """The main rank's digest of a file it wrote (checksums.json need not read it again)."""
+        self.digests[path.relative_to(self.tmp).as_posix()] = digest
 
 
 _pending: _Save | None = None
@@ -152,6 +169,7 @@ def describe_failure(exc: BaseException) -> str:
 
 
 def _write_dcp(save: _Save, state: dict[str, Any], folder: Path) -> None:
+    """Write DCP shards now, or (a background save) hand them to the save's thread."""
     if not save.background:
         try:
             dcp_save(state, storage_writer=FileSystemWriter(folder))
@@ -162,11 +180,20 @@ def _write_dcp(save: _Save, state: dict[str, Any], folder: Path) -> None:
                 "another --output_dir, then resume"
             ) from None
         return
-    stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=False))
-    group = _background_group(folder.name)
-    response = async_save(state, storage_writer=FileSystemWriter(folder), process_group=group, async_stager=stager)
-    save.uploads.append(getattr(response, "upload_completion", response))
-    save.stagers.append(stager)
+    _background_group(folder.name)  # every rank creates the groups in the same order, in this thread
+    save.jobs.append((state, folder))
+
+
+def _start_background_writes(save: _Save) -> None:
+    """In the save's thread: DCP async saves, each staging (copying) the state in its own
+    thread, then writing from the copy, with collectives on its own group."""
+    for state, folder in save.jobs:
+        stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=False))
+        save.stagers.append(stager)
+        response = async_save(state, storage_writer=FileSystemWriter(folder), process_group=_background_groups[folder.name], async_stager=stager)
+        save.uploads.append(getattr(response, "upload_completion", response))
+        save.staged.append(getattr(response, "staging_completion", None))
+    save.jobs.clear()  # the thread keeps no reference to the live state
 
 
 def _save_model(save: _Save, model: nn.Module, adapter: bool) -> None:
@@ -176,7 +203,7 @@ def _save_model(save: _Save, model: nn.Module, adapter: bool) -> None:
     if save.fmt != "dcp":
         full = full_model_state(model, trainable_only=adapter)
         path = save.files.pretrained / (ADAPTER_WEIGHTS if adapter else "model.safetensors")
-        run_on_main(lambda: write_tensor_dict(path, full, {"format": "pt"}), f"writing {path}")
+        run_on_main(lambda: save.record(path, write_tensor_dict(path, full, {"format": "pt"})), f"writing {path}")
         del full
 
 
@@ -184,16 +211,25 @@ def _save_optimizer(save: _Save, model: nn.Module, optimizer: torch.optim.Optimi
     if save.fmt in _DCP_FORMATS:
         tensors, extra = split_optimizer_state(local_optimizer_state(model, optimizer))
         _write_dcp(save, dict(tensors), save.files.optimizer_dcp)
-        run_on_main(lambda: save_json(save.files.optimizer_groups, extra), f"writing {save.files.optimizer_groups}")
+        _main_rank_block(save, lambda: save_json(save.files.optimizer_groups, extra), f"writing {save.files.optimizer_groups}")
         return
     full = full_optimizer_state(model, optimizer)
 
     def write() -> None:
         tensors, extra = split_optimizer_state(full)
-        write_tensor_dict(save.files.optimizer, tensors)
+        save.record(save.files.optimizer, write_tensor_dict(save.files.optimizer, tensors))
         save_json(save.files.optimizer_groups, extra)
 
     run_on_main(write, f"writing {save.files.optimizer}")
+
+
+def _main_rank_block(save: _Save, block: Callable[[], None], what: str) -> None:
+    """`run_on_main` now, or (a background save) in its thread, so the loop does not wait for
+    small files and their fsyncs."""
+    if save.background:
+        save.small_files.append((block, what))
+    else:
+        run_on_main(block, what)
 
 
 def _write_single_files(save: _Save, request: SaveRequest, rng: list[dict[str, torch.Tensor]] | None) -> Callable[[], None]:
@@ -231,8 +267,8 @@ def _prune(checkpoints_dir: Path, keep: int) -> None:
             shutil.rmtree(old)
 
 
-def _commit(save: _Save) -> None:
-    write_checksums(save.tmp)
+def _commit(save: _Save, group: dist.ProcessGroup | None = None) -> None:
+    write_checksums(save.tmp, save.digests, group)
 
     def commit() -> None:
         _fsync_tree(save.tmp)
@@ -247,14 +283,16 @@ def _commit(save: _Save) -> None:
         shutil.rmtree(replaced, ignore_errors=True)
         _prune(save.checkpoints_dir, save.keep)
 
-    run_on_main(commit, f"committing {save.final}")
+    run_on_main(commit, f"committing {save.final}", group)
 
 
 def save_checkpoint(checkpoints_dir: Path, step: int, request: SaveRequest) -> Path:
     """Collective: write `checkpoints_dir/<step:06d>/` and point `last` at it; return it.
 
     Every rank calls this at the same point of the loop. With `checkpoint_async` and a
-    DCP format the returned folder appears only once `wait_for_pending_save()` ran.
+    DCP format it returns once the writes are under way: call `wait_for_staging()` before
+    the next optimizer step; the folder appears once the background commit is done, which
+    `wait_for_pending_save()` (the next save calls it) waits for.
     """
     wait_for_pending_save()
     rng = gather_values(capture_rng_state())
@@ -263,9 +301,12 @@ def save_checkpoint(checkpoints_dir: Path, step: int, request: SaveRequest) -> P
     _save_model(save, request.model, adapter=request.train_config.peft.method_type is not None)
     pause_point("between_shards", save.checkpoints_dir)
     _save_optimizer(save, request.model, request.optimizer)
-    run_on_main(_write_single_files(save, request, rng), f"writing the files of {save.tmp}")
+    _main_rank_block(save, _write_single_files(save, request, rng), f"writing the files of {save.tmp}")
     if save.background:
         global _pending
+        group = _background_group("commit") if dist.is_initialized() else None  # created by every rank, here
+        save.committer = threading.Thread(target=_save_in_background, args=(save, group), name="lr-checkpoint-save", daemon=True)
+        save.committer.start()
         _pending = save
     else:
         _commit(save)
@@ -284,25 +325,68 @@ def _finish_uploads(save: _Save) -> str | None:
     return error
 
 
-def wait_for_pending_save() -> None:
-    """Collective when a background save is pending: finish its writes, then commit it.
+def _save_in_background(save: _Save, group: dist.ProcessGroup | None) -> None:
+    """The thread of a background save, on every rank: start the DCP writes (their staging
+    copies the live state: `wait_for_staging` waits for it), wait for them, write the small
+    files on the main rank, then checksums, fsync, rename and `last`. Its
+    collectives use its own groups, never the training's, which the loop keeps using
+    meanwhile. A failure is kept for `wait_for_pending_save`, the same CheckpointError on
+    every rank."""
+    try:
+        error: str | None = None
+        try:
+            _start_background_writes(save)
+        except (Exception, CheckpointException) as exc:
+            error = describe_failure(exc)
+        finally:
+            save.staging_known.set()
+        finished = _finish_uploads(save)  # waits for whatever started, even after a failure
+        errors = gather_values(error or finished, group)
 
-    Call it on every rank before the next optimizer step (the background copy reads
-    the live parameters and optimizer state) and before exiting. No-op otherwise.
+        def check() -> None:
+            failed = [f"rank {r}: {e}" for r, e in enumerate(errors or []) if e]
+            if failed:
+                raise CheckpointError(
+                    "background checkpoint write failed (" + "; ".join(failed) + f"); {save.tmp} was not committed and "
+                    "`last` still names the newest complete checkpoint"
+                )
+
+        run_on_main(check, f"background save of {save.final}", group)
+        for block, what in save.small_files:
+            run_on_main(block, what, group)
+        _commit(save, group)
+    except BaseException as exc:
+        save.failure = exc
+
+
+def wait_for_staging() -> None:
+    """Before the optimizer step that follows a background save, on every rank: wait until the
+    background copy of the model and optimizer state is done (it reads the live tensors; the
+    update must not change them first). The writes and the commit go on. No-op otherwise;
+    not collective. A staging failure is left to the commit, which reports it on every rank."""
+    save = _pending
+    if save is None:
+        return
+    save.staging_known.wait()
+    for staged in save.staged:
+        if staged is None:
+            continue
+        try:
+            staged.result()
+        except (Exception, CheckpointException):
+            pass
+
+
+def wait_for_pending_save() -> None:
+    """Collective when a background save is pending: wait until it is committed (or raise its
+    failure, the same CheckpointError on every rank). Call it before exiting; every save
+    calls it first. No-op otherwise.
     """
     global _pending
     save, _pending = _pending, None
     if save is None:
         return
-    errors = gather_values(_finish_uploads(save))
-
-    def check() -> None:
-        failed = [f"rank {r}: {e}" for r, e in enumerate(errors or []) if e]
-        if failed:
-            raise CheckpointError(
-                "background checkpoint write failed (" + "; ".join(failed) + f"); {save.tmp} was not committed and "
-                "`last` still names the newest complete checkpoint"
-            )
-
-    run_on_main(check, f"background save of {save.final}")
-    _commit(save)
+    assert save.committer is not None
+    save.committer.join()
+    if save.failure is not None:
+        raise save.failure

@@ -18,7 +18,10 @@ from typing import IO
 import torch
 from safetensors import safe_open
 
+from lr_config import FileDigest
+
 from ._errors import CheckpointError
+from ._sha import StreamHasher
 from ._st_format import TensorSpec, build_header
 
 __all__ = ["spec_of", "write_safetensors", "write_tensor_dict", "check_readable"]
@@ -38,13 +41,15 @@ def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     return flat.view(torch.uint8).numpy().data
 
 
-def _write_body(f: IO[bytes], specs: Sequence[TensorSpec], tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+def _write_body(f: IO[bytes], specs: Sequence[TensorSpec], tensors: Iterable[tuple[str, torch.Tensor]], hasher: StreamHasher) -> None:
     expected = iter(specs)
     for name, tensor in tensors:
         spec = next(expected, None)
         if spec is None or spec.name != name or spec_of(name, tensor) != spec:
             raise RuntimeError(f"safetensors writer: got {name!r} {tuple(tensor.shape)} {tensor.dtype}, expected {spec}")
-        f.write(_raw_bytes(tensor))
+        data = _raw_bytes(tensor)
+        hasher.update(data)  # hashed beside the write; `data` stays alive until the next update
+        f.write(data)
     if next(expected, None) is not None:
         raise RuntimeError("safetensors writer: fewer tensors than promised in the header")
 
@@ -71,25 +76,29 @@ def write_safetensors(
     specs: Sequence[TensorSpec],
     tensors: Iterable[tuple[str, torch.Tensor]],
     metadata: Mapping[str, str] | None = None,
-) -> None:
-    """Write `tensors` (yielded in `specs` order) to `path` atomically, then check it."""
+) -> FileDigest:
+    """Write `tensors` (yielded in `specs` order) to `path` atomically, then check it; return
+    the file's size and SHA-256, hashed from the bytes as they were written."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "xb") as f:  # plain open: the file gets the umask's mode, like any other
-            f.write(build_header(specs, dict(metadata) if metadata else None))
-            _write_body(f, specs, tensors)
-            f.flush()
+        with open(tmp, "xb") as f, StreamHasher() as hasher:  # plain open: the file gets the umask's mode
+            header = build_header(specs, dict(metadata) if metadata else None)
+            hasher.update(header)
+            f.write(header)
+            _write_body(f, specs, tensors, hasher)
+            digest = hasher.digest()
             os.fsync(f.fileno())
         check_readable(tmp, specs)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return digest
 
 
-def write_tensor_dict(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
-    """Write an in-memory dict of tensors (sorted by name)."""
+def write_tensor_dict(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> FileDigest:
+    """Write an in-memory dict of tensors (sorted by name); return its size and SHA-256."""
     names = sorted(tensors)
     specs = [spec_of(name, tensors[name]) for name in names]
-    write_safetensors(path, specs, ((name, tensors[name]) for name in names), metadata)
+    return write_safetensors(path, specs, ((name, tensors[name]) for name in names), metadata)

@@ -24,6 +24,7 @@ from lr_checkpoint import (
     restore_rng,
     save_checkpoint,
     wait_for_pending_save,
+    wait_for_staging,
 )
 from lr_config import ConfigError, TrainConfig, TrainingStep, save_json, to_dict
 
@@ -136,7 +137,14 @@ def save(run: Run, step: int, training_step: TrainingStep) -> Path:
 
 
 def finish_pending() -> None:
+    """Wait until a background save is committed (before exiting)."""
     wait_for_pending_save()
+
+
+def wait_for_background_copy() -> None:
+    """Before an optimizer step: a background save's copy of the state must be done; its
+    writes and commit go on behind the training."""
+    wait_for_staging()
 
 
 def write_final_model(run: Run) -> None:

@@ -198,7 +198,7 @@ def _inject_test_fault(run: Run, step: int) -> None:
 def update(run: Run, step: int) -> None:
     """Unscale, clip, set this step's LR and apply one optimizer update (all ranks agree on skips)."""
     if run.cfg.checkpoint_async:
-        checkpointing.finish_pending()  # a background save reads the live state: finish it first
+        checkpointing.wait_for_background_copy()  # a background save copies the live state: let it finish
     sync_ignored_grads(run.model, run.plan, run.ctx.world_size)
     params = [p for p in run.model.parameters() if p.requires_grad]
     _inject_test_fault(run, step)

@@ -1,0 +1,88 @@
+"""The safetensors writer and resume's reader: the bytes they hash are the bytes on disk,
+and every dtype, shape and alignment reads back equal."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from lr_checkpoint import CheckpointError
+from lr_checkpoint._checksums import ChecksumCheck, write_checksums
+from lr_checkpoint._st_read import read_tensors
+from lr_checkpoint._st_writer import write_tensor_dict
+
+
+def mixed() -> dict[str, torch.Tensor]:
+    # a 3-byte uint8 tensor sorts first, so the float tensors after it start at odd offsets
+    return {
+        "a_odd": torch.tensor([1, 2, 3], dtype=torch.uint8),
+        "b_f32": torch.randn(5, 7),
+        "c_bf16": torch.randn(4, 3).to(torch.bfloat16),
+        "d_bool": torch.tensor([True, False, True]),
+        "e_scalar": torch.tensor(2.5, dtype=torch.float64),
+        "f_empty": torch.empty(0, 4),
+        "g_i64": torch.arange(6).reshape(2, 3),
+    }
+
+
+def test_the_writer_returns_the_sha256_of_the_file_it_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "x.safetensors"
+    digest = write_tensor_dict(path, mixed(), {"format": "pt"})
+    data = path.read_bytes()
+    assert digest.size == len(data)
+    assert digest.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_the_reader_gives_back_every_tensor_and_the_file_digest(tmp_path: Path) -> None:
+    path = tmp_path / "x.safetensors"
+    tensors = mixed()
+    save_file(tensors, str(path))  # written by safetensors itself, not by our writer
+    got, digest = read_tensors(path)
+    assert digest is not None and digest.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    reference = load_file(str(path))
+    assert got.keys() == reference.keys()
+    for name, tensor in reference.items():
+        assert got[name].dtype == tensor.dtype and got[name].shape == tensor.shape, name
+        assert torch.equal(got[name], tensor), name
+    assert read_tensors(path, hash_it=False)[1] is None
+
+
+def test_the_reader_names_a_truncated_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.safetensors"
+    save_file(mixed(), str(path))
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 3)
+    with pytest.raises(CheckpointError, match=r"x\.safetensors: truncated"):
+        read_tensors(path)
+
+
+def test_a_digest_taken_while_reading_stands_for_the_file(tmp_path: Path) -> None:
+    """Resume's check: a file the loader hashed as it read it is compared with its recorded
+    digest, not read again; the others are hashed in the background."""
+    root = tmp_path / "step"
+    root.mkdir()
+    write_tensor_dict(root / "model.safetensors", {"w": torch.ones(3)})
+    (root / "other.json").write_text("{}\n")
+    write_checksums(root)
+
+    check = ChecksumCheck(root, read_by_main=[root / "model.safetensors"])
+    _, digest = read_tensors(root / "model.safetensors")
+    assert digest is not None
+    check.record(root / "model.safetensors", digest)
+    check.finish()
+
+    # a recorded digest that differs is reported, naming the file
+    check = ChecksumCheck(root, read_by_main=[root / "model.safetensors"])
+    check.record(root / "model.safetensors", type(digest)(size=digest.size, sha256="0" * 64))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: its bytes differ from the save"):
+        check.finish()
+
+    # a file named in read_by_main that the loader never read is hashed at finish
+    (root / "model.safetensors").write_bytes(b"x" * digest.size)
+    check = ChecksumCheck(root, read_by_main=[root / "model.safetensors"])
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: its bytes differ from the save"):
+        check.finish()
