@@ -49,6 +49,8 @@ def test_the_reader_gives_back_every_tensor_and_the_file_digest(tmp_path: Path) 
         assert got[name].dtype == tensor.dtype and got[name].shape == tensor.shape, name
         assert torch.equal(got[name], tensor), name
     assert read_tensors(path, hash_it=False)[1] is None
+    # a 0-dim tensor owns its storage: torch pickles those to broadcast them
+    assert got["e_scalar"].untyped_storage().nbytes() == 8
 
 
 def test_the_reader_names_a_truncated_file(tmp_path: Path) -> None:
@@ -86,3 +88,50 @@ def test_a_digest_taken_while_reading_stands_for_the_file(tmp_path: Path) -> Non
     check = ChecksumCheck(root, read_by_main=[root / "model.safetensors"])
     with pytest.raises(CheckpointError, match=r"model\.safetensors: its bytes differ from the save"):
         check.finish()
+
+
+def test_the_reader_fills_fitting_tensors_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "x.safetensors"
+    tensors = mixed()
+    save_file(tensors, str(path))
+    live = {"b_f32": torch.zeros(5, 7), "c_bf16": torch.zeros(4, 2, dtype=torch.bfloat16), "g_i64": torch.zeros(2, 3)}
+    got, _ = read_tensors(path, into=live)
+    assert got["b_f32"] is live["b_f32"] and torch.equal(live["b_f32"], tensors["b_f32"])  # read into its memory
+    assert got["c_bf16"] is not live["c_bf16"] and torch.equal(got["c_bf16"], tensors["c_bf16"])  # another shape
+    assert got["g_i64"] is not live["g_i64"] and torch.equal(got["g_i64"], tensors["g_i64"])  # another dtype
+    assert not live["g_i64"].any()
+
+
+def test_the_direct_dcp_reader_matches_dcp_own_reader(tmp_path: Path) -> None:
+    """Resume's DCP reader reads stored tensor bytes straight into their destination; what it
+    loads equals what DCP's own reader loads, for every dtype, a view with a storage offset,
+    a transposed tensor (DCP's path), and a destination of another dtype (copied)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    from lr_checkpoint._dcp_direct import DirectFileSystemReader
+
+    base = torch.arange(100, dtype=torch.float32)
+    state = {
+        "a": torch.randn(6, 5),
+        "b": torch.randn(4, 3).to(torch.bfloat16),
+        "c": torch.tensor(3.0),
+        "view": base[10:40].view(5, 6),
+        "transposed": torch.randn(3, 4).t(),
+        "ints": torch.arange(7),
+        "bools": torch.tensor([True, False]),
+    }
+    with pytest.warns(UserWarning, match="torch.distributed"):
+        dcp.save(state, storage_writer=FileSystemWriter(tmp_path), no_dist=True)
+
+    def load(reader: type[FileSystemReader], floating: torch.dtype | None) -> dict[str, torch.Tensor]:
+        out = {k: torch.zeros(v.shape, dtype=floating if floating and v.is_floating_point() else v.dtype) for k, v in state.items()}
+        with pytest.warns(UserWarning, match="torch.distributed"):
+            dcp.load(out, storage_reader=reader(tmp_path), no_dist=True)
+        return out
+
+    for floating in (None, torch.float64):
+        theirs, ours = load(FileSystemReader, floating), load(DirectFileSystemReader, floating)
+        for key, tensor in state.items():
+            assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), key
+            assert torch.equal(ours[key].to(tensor.dtype), tensor), key

@@ -1,5 +1,8 @@
 """Let DCP read tensors, after our restricted parse of the folder's `.metadata`.
 
+The storage reader is `DirectFileSystemReader`: DCP plans (and reshards), the tensor bytes go
+straight into their destination.
+
 `load_in_place` is resume's load (collective under a process group, plain in one
 process); `load_dcp_tensor` / `iter_dcp_tensors` read one whole tensor at a time in one
 process with no process group, for the converter and verify. Callers must have passed
@@ -15,9 +18,9 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
+from ._dcp_direct import DirectFileSystemReader
 from ._dcp_meta import DcpMetadata, DcpTensor
 from ._errors import CheckpointError
 
@@ -40,7 +43,7 @@ def _load(state: dict[str, Any], folder: Path, no_dist: bool) -> None:
         # Without a process group DCP warns that it loads in one process: that is the intent.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         try:
-            dcp_load(state, storage_reader=FileSystemReader(folder), no_dist=no_dist)
+            dcp_load(state, storage_reader=DirectFileSystemReader(folder), no_dist=no_dist)
         except (CheckpointException, Exception) as exc:  # DCP's error is a BaseException; every rank raises it
             raise _unreadable(folder, exc) from exc
 

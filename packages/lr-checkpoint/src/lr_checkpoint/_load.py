@@ -105,7 +105,7 @@ def _load_model(files: StepFiles, model: nn.Module, check: ChecksumCheck) -> Non
 
     def read() -> None:
         _check_shapes(files.model, _shapes_of(local), "model")
-        saved, digest = read_tensors(files.model)
+        saved, digest = read_tensors(files.model, into=local)
         assert digest is not None
         check.record(files.model, digest)
         full.update(saved)
@@ -135,7 +135,7 @@ def _load_optimizer_full(files: StepFiles, model: nn.Module, optimizer: torch.op
         extra = read_optimizer_json(files.optimizer_groups)
         _check_groups(files.optimizer_groups, extra, current)
         _check_shapes(files.optimizer, _shapes_of(tensors), "optimizer")
-        saved, _ = read_tensors(files.optimizer, hash_it=False)  # hashed by `check` meanwhile
+        saved, _ = read_tensors(files.optimizer, hash_it=False, into=tensors)  # hashed by `check` meanwhile
         osd.update(join_optimizer_state(saved, extra, template["param_groups"]))
 
     run_on_main(read, f"reading {files.optimizer}")

@@ -1,16 +1,17 @@
-"""Read a whole safetensors file into memory with one sequential pass, hashing it on the way.
+"""Read a safetensors file with one sequential pass, hashing it on the way.
 
-Resume's reader for the gathered `model.safetensors` and `optimizer_state.safetensors`. The
-file goes into one byte buffer with large `readinto` calls (what a raw sequential read
-does), each chunk's SHA-256 computed beside the next read (`StreamHasher`), and every
-tensor is a view into that buffer. `safetensors.load_file` maps the file and copies each
-tensor out of the mapping: page-fault reads, a second copy, and the bytes still had to be
-read again for the checksum. The header is checked first (`read_header`), so a truncated
-or damaged file is a CheckpointError naming it.
+Resume's reader for the gathered `model.safetensors` and `optimizer_state.safetensors`.
+Each tensor's bytes go with `readinto` straight into its destination (the live tensor when
+it fits, else a new one), each chunk's SHA-256 computed beside the next read
+(`StreamHasher`). `safetensors.load_file` maps the file and copies each tensor out of the
+mapping into new memory: page-fault reads, fresh pages, a second copy into the model, and
+the bytes still had to be read again for the checksum. The header is checked first
+(`read_header`), so a truncated or damaged file is a CheckpointError naming it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -26,31 +27,55 @@ _CHUNK = 16 << 20
 _DTYPES: dict[str, torch.dtype] = {code: getattr(torch, name) for name, code in DTYPE_CODES.items()}
 
 
-def read_tensors(path: Path, hash_it: bool = True) -> tuple[dict[str, torch.Tensor], FileDigest | None]:
-    """Every tensor of `path` (views into one buffer) and the file's size and SHA-256 (None
-    unless `hash_it`)."""
+def _fits(target: torch.Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> bool:
+    """Whether the file's bytes can be read straight into `target`'s memory: a plain
+    contiguous CPU tensor (not a DTensor shard, not on a GPU) of this dtype and shape."""
+    return (
+        isinstance(target, torch.Tensor)
+        and type(target) in (torch.Tensor, torch.nn.Parameter)
+        and target.device.type == "cpu"
+        and target.dtype == dtype
+        and tuple(target.shape) == shape
+        and target.is_contiguous()
+    )
+
+
+def read_tensors(
+    path: Path, hash_it: bool = True, into: Mapping[str, torch.Tensor] | None = None
+) -> tuple[dict[str, torch.Tensor], FileDigest | None]:
+    """Every tensor of `path` and the file's size and SHA-256 (None unless `hash_it`).
+
+    A tensor goes straight into `into[name]` when that is a contiguous CPU tensor of the
+    same dtype and shape (the live parameters and optimizer state of a plain or DDP model:
+    no new memory, so no page faults of a fresh buffer, and no copy after); else into a new
+    tensor. The file is read in order, in chunks of at most 16 MiB.
+    """
     header = read_header(path)
-    size = header.data_start + header.data_bytes
-    buffer = torch.empty(size, dtype=torch.uint8)
-    view = buffer.numpy().data
+    tensors: dict[str, torch.Tensor] = {}
     try:
         with open(path, "rb", buffering=0) as f, StreamHasher() as hasher:
-            position = 0
-            while position < size:
-                got = f.readinto(view[position : position + _CHUNK])
-                if not got:
-                    raise CheckpointError(f"{path}: the file shrank while it was read; re-create it")
-                if hash_it:
-                    hasher.update(view[position : position + got])
-                position += got
+            head = f.read(header.data_start)
+            if len(head) != header.data_start:
+                raise CheckpointError(f"{path}: the file shrank while it was read; re-create it")
+            if hash_it:
+                hasher.update(head)
+            for name, entry in sorted(header.tensors.items(), key=lambda item: item[1].begin):
+                dtype = _DTYPES[entry.code]
+                target = (into or {}).get(name)
+                if not _fits(target, dtype, entry.shape):
+                    target = torch.empty(entry.shape, dtype=dtype)
+                assert target is not None
+                view = target.detach().reshape(-1).view(torch.uint8).numpy().data
+                position = 0
+                while position < len(view):
+                    got = f.readinto(view[position : position + _CHUNK])
+                    if not got:
+                        raise CheckpointError(f"{path}: the file shrank while it was read; re-create it")
+                    if hash_it:
+                        hasher.update(view[position : position + got])
+                    position += got
+                tensors[name] = target
             digest = hasher.digest() if hash_it else None
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read ({exc})") from None
-    tensors = {}
-    for name, entry in header.tensors.items():
-        dtype = _DTYPES[entry.code]
-        raw = buffer[header.data_start + entry.begin : header.data_start + entry.end]
-        if raw.storage_offset() % dtype.itemsize:
-            raw = raw.clone()  # a view of another dtype must start at a multiple of its item size
-        tensors[name] = raw.view(dtype).reshape(entry.shape)
     return tensors, digest
