@@ -4,8 +4,8 @@ The storage reader is `DirectFileSystemReader`: DCP plans (and reshards), the te
 straight into their destination.
 
 `load_in_place` is resume's load (collective under a process group, plain in one
-process); `load_dcp_tensor` / `iter_dcp_tensors` read one whole tensor at a time in one
-process with no process group, for the converter and verify. Callers must have passed
+process); `load_dcp_tensor` / `iter_dcp_tensors` read whole tensors (one, or a batch of
+consecutive ones) in one process with no process group, for the converter and verify. Callers must have passed
 the folder through `read_whole_dcp_metadata` first: only then may DCP unpickle it.
 """
 
@@ -25,6 +25,8 @@ from ._dcp_meta import DcpMetadata, DcpTensor
 from ._errors import CheckpointError
 
 __all__ = ["iter_dcp_tensors", "load_dcp_tensor", "load_in_place"]
+
+_BATCH_BYTES = 64 << 20
 
 
 def _unreadable(folder: Path, exc: BaseException) -> CheckpointError:
@@ -60,7 +62,19 @@ def load_dcp_tensor(folder: Path, key: str, entry: DcpTensor) -> torch.Tensor:
     return tensor
 
 
-def iter_dcp_tensors(meta: DcpMetadata, keys: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
-    """`(key, tensor)` for `keys` in order, holding one tensor at a time."""
-    for key in keys:
-        yield key, load_dcp_tensor(meta.folder, key, meta.tensors[key])
+def iter_dcp_tensors(meta: DcpMetadata, keys: list[str], batch_bytes: int = _BATCH_BYTES) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(key, tensor)` for `keys` in order, loading consecutive tensors together up to
+    `batch_bytes` (one DCP load, its planning and metadata read, per batch instead of per
+    tensor), so memory holds one batch, or one tensor when it is bigger."""
+    batch: list[str] = []
+    size = 0
+    for position, key in enumerate(keys):
+        batch.append(key)
+        size += meta.tensors[key].nbytes
+        if size < batch_bytes and position + 1 < len(keys):
+            continue
+        state = {k: torch.empty(meta.tensors[k].shape, dtype=getattr(torch, meta.tensors[k].dtype)) for k in batch}
+        _load(state, meta.folder, no_dist=True)
+        batch, size = [], 0
+        for k in list(state):
+            yield k, state.pop(k)
