@@ -71,13 +71,15 @@ class LaunchView(Horizontal):
         self.plan_runner = plan_runner
         self.plan_delay = plan_delay
         self.stop_grace = stop_grace
-        self.plan: LaunchPlan = evaluate(default_values())
+        self._defaults = default_values()
+        self.plan: LaunchPlan = evaluate(self._defaults)
         self._plan_flags: list[str] | None = None
         self._plan_timer: Timer | None = None
         self._rows: dict[str, FormRow] = {}
+        self._refresh_queued = False
 
     def compose(self) -> ComposeResult:
-        values = default_values()
+        values = self._defaults
         with VerticalScroll(id="launch-form") as form:
             form.border_title = "settings"
             for field in FIELDS:
@@ -105,9 +107,20 @@ class LaunchView(Horizontal):
         self.refresh_plan()
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.refresh_plan()
+        self._refresh_soon()
 
     def on_select_changed(self, event: Select.Changed) -> None:
+        self._refresh_soon()
+
+    def _refresh_soon(self) -> None:
+        """One evaluation for a burst of changes (the fields' first values as they mount, a
+        preset, fast typing): evaluating parses and validates the whole config."""
+        if not self._refresh_queued:
+            self._refresh_queued = True
+            self.call_later(self._queued_refresh)
+
+    def _queued_refresh(self) -> None:
+        self._refresh_queued = False
         self.refresh_plan()
 
     def refresh_plan(self) -> None:
