@@ -46,11 +46,13 @@ def _offending_lines(pattern: str, allowed: set[str] = set()) -> list[str]:
 
 def test_only_the_restricted_parser_unpickles_and_nothing_runs_a_shell() -> None:
     """No package or app source unpickles (pickle/torch.load/weights_only=False/marshal) except the
-    restricted DCP metadata parser, and none starts a shell.
+    two restricted parsers (DCP metadata; the tensor header of a DCP item, which accepts only the
+    tensor-rebuild call: see `packages/lr-checkpoint/tests/test_st_io.py`), and none starts a shell.
     """
     assert SOURCES
     unpickling = r"\bpickle\.loads?\(|\btorch\.load\(|\bUnpickler\b|weights_only\s*=\s*False|allow_pickle\s*=\s*True|\bmarshal\.loads?\("
-    assert _offending_lines(unpickling, allowed={"packages/lr-checkpoint/src/lr_checkpoint/_dcp_meta.py"}) == []
+    restricted = {"packages/lr-checkpoint/src/lr_checkpoint/_dcp_meta.py", "packages/lr-checkpoint/src/lr_checkpoint/_dcp_direct.py"}
+    assert _offending_lines(unpickling, allowed=restricted) == []
     assert _offending_lines(r"shell\s*=\s*True|\bos\.system\(|\bos\.popen\(|create_subprocess_shell") == []
 
 

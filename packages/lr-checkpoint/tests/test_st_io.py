@@ -4,6 +4,7 @@ and every dtype, shape and alignment reads back equal."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,49 @@ def test_the_direct_dcp_reader_matches_dcp_own_reader(tmp_path: Path) -> None:
         for key, tensor in state.items():
             assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), key
             assert torch.equal(ours[key].to(tensor.dtype), tensor), key
+
+
+class _OpensAFile:
+    """Unpickled by a trusting reader, it creates `path` (builtins.open)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (str(self.path), "w"))
+
+
+def test_the_direct_reader_never_runs_a_hostile_item_pickle(tmp_path: Path) -> None:
+    """A DCP item whose `data.pkl` carries a payload: the direct reader's restricted unpickler
+    refuses it (the item is left to DCP's own `weights_only` loader), nothing runs; a trusting
+    pickle.loads of the same bytes does run it."""
+    import io
+    import pickle
+
+    from lr_checkpoint._dcp_direct import _locate
+
+    genuine = io.BytesIO()
+    torch.save(torch.zeros(4), genuine)
+    tensor_pickle = bytes(torch._C.PyTorchFileReader(io.BytesIO(genuine.getvalue())).get_record("data.pkl"))
+    marker = tmp_path / "ran"
+    payload = pickle.dumps(_OpensAFile(marker), protocol=2)
+
+    def item(data_pkl: bytes) -> Path:
+        blob = io.BytesIO()
+        writer = torch._C.PyTorchFileWriter(blob)
+        writer.write_record("data.pkl", data_pkl, len(data_pkl))
+        writer.write_record("byteorder", b"little", 6)
+        writer.write_record("data/0", b"\0" * 16, 16)
+        writer.write_end_of_file()
+        path = tmp_path / "item.distcp"
+        path.write_bytes(b"x" * 5 + blob.getvalue())  # an item at offset 5 of its shard file
+        return path
+
+    with open(item(tensor_pickle), "rb", buffering=0) as f:
+        found = _locate(f, 5, os.path.getsize(f.name) - 5)  # control: the same archive with a tensor's data.pkl
+    assert found is not None and found.dtype == torch.float32 and found.shape == (4,)
+    with open(item(payload), "rb", buffering=0) as f:
+        assert _locate(f, 5, os.path.getsize(f.name) - 5) is None
+    assert not marker.exists()
+    pickle.loads(payload)  # control: the payload is live
+    assert marker.exists()
