@@ -37,9 +37,10 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
+from ._st_read import read_into
+
 __all__ = ["DirectFileSystemReader"]
 
-_CHUNK = 16 << 20
 _STORAGE_DTYPES: dict[str, torch.dtype] = {
     "DoubleStorage": torch.float64,
     "FloatStorage": torch.float32,
@@ -152,16 +153,6 @@ def _locate(f: io.RawIOBase, start: int, length: int) -> _Stored | None:
         return None
 
 
-def _read_exactly(f: io.RawIOBase, target: torch.Tensor, start: int) -> None:
-    view = target.detach().reshape(-1).view(torch.uint8).numpy().data
-    position = 0
-    while position < len(view):
-        got = os.preadv(f.fileno(), [view[position : position + _CHUNK]], start + position)
-        if not got:
-            raise OSError(f"unexpected end of file at byte {start + position}")
-        position += got
-
-
 def _narrow(tensor: torch.Tensor, offsets: torch.Size, lengths: torch.Size) -> torch.Tensor:
     for dim, (offset, length) in enumerate(zip(offsets, lengths)):
         if offset != 0 or length != tensor.shape[dim]:
@@ -194,10 +185,10 @@ class DirectFileSystemReader(FileSystemReader):
             return False
         whole = all(o == 0 for o in req.storage_offsets) and tuple(req.lengths) == stored.shape
         if whole and target.device.type == "cpu" and target.dtype == stored.dtype and target.is_contiguous():
-            _read_exactly(f, target, stored.start)
+            read_into(f.fileno(), target, stored.start)
         else:
             chunk = torch.empty(stored.shape, dtype=stored.dtype)
-            _read_exactly(f, chunk, stored.start)
+            read_into(f.fileno(), chunk, stored.start)
             target.copy_(_narrow(chunk, req.storage_offsets, req.lengths))
         planner.commit_tensor(req, target)
         return True

@@ -11,6 +11,7 @@ the bytes still had to be read again for the checksum. The header is checked fir
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,10 +22,30 @@ from ._errors import CheckpointError
 from ._sha import StreamHasher
 from ._st_format import DTYPE_CODES, read_header
 
-__all__ = ["read_tensors"]
+__all__ = ["CHUNK", "memory_of", "read_into", "read_tensors"]
 
-_CHUNK = 16 << 20
+CHUNK = 16 << 20
 _DTYPES: dict[str, torch.dtype] = {code: getattr(torch, name) for name, code in DTYPE_CODES.items()}
+
+
+def memory_of(tensor: torch.Tensor) -> memoryview:
+    """The writable bytes of a contiguous CPU tensor: what a read into it fills."""
+    assert tensor.device.type == "cpu" and tensor.is_contiguous()
+    return tensor.detach().reshape(-1).view(torch.uint8).numpy().data
+
+
+def read_into(fd: int, tensor: torch.Tensor, start: int, hasher: StreamHasher | None = None) -> None:
+    """Fill `tensor` with the bytes of the open file `fd` from offset `start` (positioned reads
+    of at most CHUNK bytes), hashing each chunk beside the next read when `hasher` is given."""
+    view = memory_of(tensor)
+    position = 0
+    while position < len(view):
+        got = os.preadv(fd, [view[position : position + CHUNK]], start + position)
+        if not got:
+            raise OSError(f"unexpected end of file at byte {start + position}")
+        if hasher is not None:
+            hasher.update(view[position : position + got])
+        position += got
 
 
 def _fits(target: torch.Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> bool:
@@ -48,7 +69,7 @@ def read_tensors(
     A tensor goes straight into `into[name]` when that is a contiguous CPU tensor of the
     same dtype and shape (the live parameters and optimizer state of a plain or DDP model:
     no new memory, so no page faults of a fresh buffer, and no copy after); else into a new
-    tensor. The file is read in order, in chunks of at most 16 MiB.
+    tensor. The file is read in order, in chunks of at most CHUNK bytes.
     """
     header = read_header(path)
     tensors: dict[str, torch.Tensor] = {}
@@ -65,15 +86,7 @@ def read_tensors(
                 if not _fits(target, dtype, entry.shape):
                     target = torch.empty(entry.shape, dtype=dtype)
                 assert target is not None
-                view = target.detach().reshape(-1).view(torch.uint8).numpy().data
-                position = 0
-                while position < len(view):
-                    got = f.readinto(view[position : position + _CHUNK])
-                    if not got:
-                        raise CheckpointError(f"{path}: the file shrank while it was read; re-create it")
-                    if hash_it:
-                        hasher.update(view[position : position + got])
-                    position += got
+                read_into(f.fileno(), target, header.data_start + entry.begin, hasher if hash_it else None)
                 tensors[name] = target
             digest = hasher.digest() if hash_it else None
     except OSError as exc:
