@@ -55,9 +55,13 @@ def load_in_place(state: dict[str, Any], folder: Path) -> None:
     _load(state, folder, no_dist=False)
 
 
+def _empty(entry: DcpTensor) -> torch.Tensor:
+    return torch.empty(entry.shape, dtype=getattr(torch, entry.dtype))
+
+
 def load_dcp_tensor(folder: Path, key: str, entry: DcpTensor) -> torch.Tensor:
     """One whole tensor (all its chunks) from a DCP folder, in this process alone."""
-    tensor = torch.empty(entry.shape, dtype=getattr(torch, entry.dtype))
+    tensor = _empty(entry)
     _load({key: tensor}, folder, no_dist=True)
     return tensor
 
@@ -73,7 +77,7 @@ def iter_dcp_tensors(meta: DcpMetadata, keys: list[str], batch_bytes: int = _BAT
         size += meta.tensors[key].nbytes
         if size < batch_bytes and position + 1 < len(keys):
             continue
-        state = {k: torch.empty(meta.tensors[k].shape, dtype=getattr(torch, meta.tensors[k].dtype)) for k in batch}
+        state = {k: _empty(meta.tensors[k]) for k in batch}
         _load(state, meta.folder, no_dist=True)
         batch, size = [], 0
         for k in list(state):

@@ -23,6 +23,7 @@ from lr_config import FileDigest
 from ._errors import CheckpointError
 from ._sha import StreamHasher
 from ._st_format import TensorSpec, build_header
+from ._st_read import memory_of
 
 __all__ = ["spec_of", "write_safetensors", "write_tensor_dict", "check_readable"]
 
@@ -37,8 +38,7 @@ def spec_of(name: str, tensor: torch.Tensor) -> TensorSpec:
 
 
 def _raw_bytes(tensor: torch.Tensor) -> memoryview:
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().data
+    return memory_of(tensor.detach().to("cpu").contiguous())
 
 
 def _write_body(f: IO[bytes], specs: Sequence[TensorSpec], tensors: Iterable[tuple[str, torch.Tensor]], hasher: StreamHasher) -> None:
