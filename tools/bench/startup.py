@@ -44,7 +44,7 @@ t1 = time.perf_counter()
 class FirstFrame(LrApp):
     def on_ready(self) -> None:
         os.write(1, f"READY {t1 - t0} {time.perf_counter() - t1} {time.process_time()}\\n".encode())
-        # not at once: the hidden views mount (Lazy) right after the first frame, and
+        # not at once: the hidden views mount (Deferred) right after the first frame, and
         # exiting under them prints a MountError
         self.set_timer(0.3, self.exit)
 

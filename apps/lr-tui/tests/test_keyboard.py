@@ -7,6 +7,7 @@ from tui_support import app_ready, wait_until
 
 from lr_tui._app import LrApp
 from lr_tui._screens.help import HelpScreen
+from lr_tui._widgets.choice import Choice, ChoiceMenu
 
 pytestmark = pytest.mark.asyncio
 
@@ -49,3 +50,43 @@ async def test_command_palette_lists_the_views():
         await pilot.pause(0.5)
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.query_one("#views").active == "checkpoints", what="the palette command")
+
+
+async def test_a_choice_steps_with_arrows_and_picks_from_its_menu_by_key_and_click():
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app_ready(pilot)
+        view = app.launch_view
+        await pilot.press("tab")  # the launcher choice
+        choice = app.query_one("#field-launcher", Choice)
+        assert app.focused is choice and view.rows["launcher"].value == "torchrun"
+        await pilot.press("right")
+        await wait_until(pilot, lambda: view.plan.preview.startswith("accelerate launch"), what="the preview after right")
+        await pilot.press("left", "left")  # wraps around to the last option
+        assert choice.value == "slurm"
+        await pilot.press("right")
+        assert choice.value == "torchrun"
+
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ChoiceMenu)
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, ChoiceMenu) and app.focused is choice
+        assert choice.value == "accelerate"
+        await wait_until(pilot, lambda: view.plan.preview.startswith("accelerate launch"), what="the preview after the menu")
+
+        await pilot.press("space")
+        await pilot.pause()
+        assert isinstance(app.screen, ChoiceMenu)
+        await pilot.press("down", "escape")  # closes without choosing
+        await pilot.pause()
+        assert not isinstance(app.screen, ChoiceMenu) and choice.value == "accelerate"
+
+        await pilot.click("#field-policy_type")
+        await pilot.pause()
+        assert isinstance(app.screen, ChoiceMenu)
+        await pilot.click(offset=(0, 0))  # outside the menu
+        await pilot.pause()
+        assert not isinstance(app.screen, ChoiceMenu)
+        assert app.focused is app.query_one("#field-policy_type") and view.rows["policy_type"].value == "act"

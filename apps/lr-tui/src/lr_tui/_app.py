@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.css.query import NoMatches
-from textual.lazy import Lazy
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
@@ -25,11 +25,14 @@ from lr_config import LaunchSpec
 from ._hardware import HardwareSource, HostHardware
 from ._keymap import APP_BINDINGS
 from ._screens.help import HelpScreen
-from ._views.checkpoints import CheckpointsView
-from ._views.hardware import HardwareView
 from ._views.launch import LaunchView, PlanRunner, run_plan
-from ._views.logs import LogView
-from ._views.monitor import MonitorView
+from ._widgets.deferred import Deferred
+
+if TYPE_CHECKING:
+    from ._views.checkpoints import CheckpointsView
+    from ._views.hardware import HardwareView
+    from ._views.logs import LogView
+    from ._views.monitor import MonitorView
 
 __all__ = ["LrApp", "main"]
 
@@ -43,12 +46,6 @@ class LrApp(App[None]):
     AUTO_FOCUS = "#launch-form, #runs"
     """The main widget of the first view (only that view is mounted at first): one focus
     change at start, where each costs a restyle. Modal screens set their own."""
-
-    launch_view: LaunchView
-    monitor_view: MonitorView
-    checkpoints_view: CheckpointsView
-    log_view: LogView
-    hardware_view: HardwareView
 
     def __init__(
         self,
@@ -70,28 +67,63 @@ class LrApp(App[None]):
         self.stop_grace = stop_grace
         self.hardware = hardware or HostHardware()
         self.hardware_interval = hardware_interval
+        self._views: dict[str, Any] = {}
+
+    # The views are built on first use. The first view is built and mounted before the first
+    # frame; the others (and their modules: ~60 ms of imports) only right after it, when their
+    # `Deferred` placeholder mounts them, or earlier if code asks for them.
+
+    @property
+    def launch_view(self) -> LaunchView:
+        if "launch" not in self._views:
+            self._views["launch"] = LaunchView(plan_runner=self.plan_runner, plan_delay=self.plan_delay, stop_grace=self.stop_grace, id="launch-view")
+        return self._views["launch"]  # type: ignore[no-any-return]
+
+    @property
+    def monitor_view(self) -> MonitorView:
+        if "monitor" not in self._views:
+            from ._views.monitor import MonitorView
+
+            self._views["monitor"] = MonitorView(
+                poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self._resume_context()[0], id="monitor-view"
+            )
+        return self._views["monitor"]  # type: ignore[no-any-return]
+
+    @property
+    def checkpoints_view(self) -> CheckpointsView:
+        if "checkpoints" not in self._views:
+            from ._views.checkpoints import CheckpointsView
+
+            self._views["checkpoints"] = CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
+        return self._views["checkpoints"]  # type: ignore[no-any-return]
+
+    @property
+    def log_view(self) -> LogView:
+        if "logs" not in self._views:
+            from ._views.logs import LogView
+
+            self._views["logs"] = LogView(id="log-view")
+        return self._views["logs"]  # type: ignore[no-any-return]
+
+    @property
+    def hardware_view(self) -> HardwareView:
+        if "hardware" not in self._views:
+            from ._views.hardware import HardwareView
+
+            self._views["hardware"] = HardwareView(self.hardware, interval=self.hardware_interval, id="hardware-view")
+        return self._views["hardware"]  # type: ignore[no-any-return]
+
+    def _view(self, name: str) -> Any:
+        return getattr(self, {"logs": "log_view"}.get(name, f"{name}_view"))
 
     def compose(self) -> ComposeResult:
-        self.launch_view = LaunchView(plan_runner=self.plan_runner, plan_delay=self.plan_delay, stop_grace=self.stop_grace, id="launch-view")
-        self.monitor_view = MonitorView(
-            poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self._resume_context()[0], id="monitor-view"
-        )
-        self.checkpoints_view = CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
-        self.log_view = LogView(id="log-view")
-        self.hardware_view = HardwareView(self.hardware, interval=self.hardware_interval, id="hardware-view")
         initial = "monitor" if self.run_dir else "launch"
-        panes = {
-            "launch": ("1 Launch", self.launch_view),
-            "monitor": ("2 Monitor", self.monitor_view),
-            "checkpoints": ("3 Checkpoints", self.checkpoints_view),
-            "logs": ("4 Logs", self.log_view),
-            "hardware": ("5 Hardware", self.hardware_view),
-        }
+        titles = {"launch": "1 Launch", "monitor": "2 Monitor", "checkpoints": "3 Checkpoints", "logs": "4 Logs", "hardware": "5 Hardware"}
         with TabbedContent(initial=initial, id="views"):
-            for pane_id, (title, view) in panes.items():
+            for pane_id, title in titles.items():
                 with TabPane(title, id=pane_id):
-                    # the hidden views mount after the first frame: a faster start
-                    yield view if pane_id == initial else Lazy(view)
+                    # the hidden views are built and mounted after the first frame: a faster start
+                    yield self._view(pane_id) if pane_id == initial else Deferred(partial(self._view, pane_id))
         yield Footer()
 
     def on_mount(self) -> None:
@@ -135,15 +167,8 @@ class LrApp(App[None]):
 
     def _focus_active_view(self) -> None:
         active = self.query_one("#views", TabbedContent).active
-        views: dict[str, LaunchView | MonitorView | CheckpointsView | LogView | HardwareView] = {
-            "launch": self.launch_view,
-            "monitor": self.monitor_view,
-            "checkpoints": self.checkpoints_view,
-            "logs": self.log_view,
-            "hardware": self.hardware_view,
-        }
         try:
-            views[active].focus_main()
+            self._view(active).focus_main()
         except NoMatches:  # a lazy view mounts (with its children) right after the first frame
             self.call_after_refresh(self._focus_active_view)
 

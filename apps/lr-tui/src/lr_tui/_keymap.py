@@ -53,6 +53,7 @@ _GLOBAL = [
     ("1 2 3 4 5", "Launch, Monitor, Checkpoints, Logs, Hardware view"),
     ("escape", "leave a field (then 1-5 and ? work again)"),
     ("tab / shift+tab", "next / previous field"),
+    ("enter / ← →", "in a choice: open its menu / previous, next option"),
     ("ctrl+p", "command palette"),
     ("? or f1", "this help"),
     ("ctrl+q", "quit"),

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Input, Select, Static
+from textual.widgets import Input, Static
 
 from lr_config import (
     TRAIN_CONFIG_VERSION,
@@ -36,6 +36,7 @@ from .._cli_tasks import plan_argv, run_streaming, start_training
 from .._keymap import LAUNCH_BINDINGS
 from .._launch_form import FIELDS, GENERAL, LaunchPlan, default_output_dir, default_values, evaluate, values_from_config
 from .._screens.prompt import TextPrompt
+from .._widgets.choice import Choice
 from .._widgets.form_row import FormRow
 from .._widgets.text_panel import TextPanel
 
@@ -109,7 +110,7 @@ class LaunchView(Horizontal):
     def on_input_changed(self, event: Input.Changed) -> None:
         self._refresh_soon()
 
-    def on_select_changed(self, event: Select.Changed) -> None:
+    def on_choice_changed(self, event: Choice.Changed) -> None:
         self._refresh_soon()
 
     def _refresh_soon(self) -> None:
