@@ -169,7 +169,7 @@ def worker(args: argparse.Namespace) -> None:
 def _section(rows: list[dict[str, Any]], model_mb: float, size: dict[str, int], repeats: int) -> str:
     out = []
     for world, fmt, label in ((1, "safetensors", "safetensors, 1 process (plain model)"),
-                              (2, "safetensors", "safetensors, FSDP2-2 (gathered on rank 0)"),
+                              (2, "safetensors", "safetensors, FSDP2-2 (saved gathered by rank 0, loaded by rows on each rank)"),
                               (2, "dcp", "dcp, FSDP2-2"),
                               (2, "safetensors_dcp", "safetensors_dcp, FSDP2-2")):
         mine = [r for r in rows if r["world"] == world and r["format"] == fmt]

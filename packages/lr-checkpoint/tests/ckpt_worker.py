@@ -4,7 +4,7 @@
 
 Scenarios group several checks per launch (start-up dominates): `fsdp2` (2 ranks; with
 CRASH_AT=<pause point> it ends by pausing in a save, for the test to SIGKILL) and `hsdp`
-(4 ranks, 2x2).
+(4 ranks, 2x2: loads the fsdp2 saves, and damaged copies of the gathered files).
 Any failed assertion exits non-zero with its traceback; success prints `OK <scenario>`.
 Every run ends with the teardown FACTS.md prescribes for gloo.
 """
@@ -142,6 +142,49 @@ def scenario_fsdp2(work: Path, rank: int, world: int) -> None:
         crash_in_second_save(work, mesh, rank)
 
 
+def damaged_gathered_files_fail_alike(work: Path, mesh: object, rank: int, world: int) -> None:
+    """The gathered files that sharded ranks read by rows: a flipped byte in the optimizer's
+    tensor data (it still parses) and a truncated model.safetensors are the same CheckpointError
+    naming the file on every rank."""
+    import shutil
+    import tempfile
+
+    source = work / "fsdp_safetensors" / "checkpoints" / "000003"
+    box: list[object] = [tempfile.mkdtemp(prefix="lr-damaged-") if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)  # copies outside the session's shared (read-only) runs
+    scratch = Path(str(box[0]))
+    flipped = scratch / "flip" / "000003"
+    cut = scratch / "cut" / "000003"
+    optimizer_file = flipped / "training_state" / "optimizer_state.safetensors"
+    model_file = cut / "pretrained_model" / "model.safetensors"
+    if rank == 0:
+        shutil.copytree(source, flipped)
+        shutil.copytree(source, cut)
+        with open(optimizer_file, "r+b") as f:
+            f.seek(optimizer_file.stat().st_size - 8)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        os.truncate(model_file, model_file.stat().st_size - 4)
+    dist.barrier()
+    for folder, damaged, cause in ((flipped, optimizer_file, "SHA-256"), (cut, model_file, "")):
+        model = fsdp(1, mesh)
+        optimizer = make_optimizer(model)
+        try:
+            lc.load_model_and_optimizer(folder, model, optimizer)
+        except lc.CheckpointError as exc:
+            message = str(exc)
+        else:
+            raise AssertionError(f"rank {rank}: {damaged} loaded")
+        assert str(damaged) in message and cause in message, message
+        messages: list[object] = [None] * world
+        dist.all_gather_object(messages, message)
+        assert len(set(messages)) == 1, messages
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(scratch)
+
+
 def scenario_hsdp(work: Path, rank: int, world: int) -> None:
     mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp_replicate", "dp_shard"))
     for fmt in ("dcp", "safetensors"):
@@ -149,6 +192,7 @@ def scenario_hsdp(work: Path, rank: int, world: int) -> None:
         optimizer = make_optimizer(model)
         lc.load_model_and_optimizer(work / f"fsdp_{fmt}" / "checkpoints", model, optimizer)
         assert_matches(work / "ref_fsdp.safetensors", model, optimizer, f"fsdp2-2 {fmt} -> hsdp 2x2")
+    damaged_gathered_files_fail_alike(work, mesh, rank, world)
 
 
 SCENARIOS = {"fsdp2": scenario_fsdp2, "hsdp": scenario_hsdp}

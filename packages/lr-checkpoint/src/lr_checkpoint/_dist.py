@@ -18,7 +18,18 @@ import torch.distributed as dist
 
 from ._errors import CheckpointError
 
-__all__ = ["barrier", "broadcast_value", "gather_values", "is_distributed", "is_main", "pause_point", "rank", "run_on_main", "world_size"]
+__all__ = [
+    "barrier",
+    "broadcast_value",
+    "gather_values",
+    "is_distributed",
+    "is_main",
+    "pause_point",
+    "rank",
+    "run_on_every_rank",
+    "run_on_main",
+    "world_size",
+]
 
 T = TypeVar("T")
 
@@ -67,14 +78,24 @@ def gather_values(value: T, group: dist.ProcessGroup | None = None) -> list[T] |
 
 
 def run_on_main(block: Callable[[], None], what: str, group: dist.ProcessGroup | None = None) -> None:
-    """Run `block` on the main rank; if it fails there, every rank raises."""
+    """Run `block` on the main rank; if it fails there, every rank raises: a CheckpointError
+    the same one everywhere, another failure a CheckpointError naming it."""
     failure: Exception | None = None
     if is_main():
         try:
             block()
         except Exception as exc:
             failure = exc
-    message = broadcast_value(None if failure is None else f"{type(failure).__name__}: {failure}", group)
+    told: str | tuple[str, list[str]] | None = None
+    if isinstance(failure, CheckpointError):
+        told = (str(failure), failure.problems)
+    elif failure is not None:
+        told = f"{type(failure).__name__}: {failure}"
+    message = broadcast_value(told, group)
+    if isinstance(failure, CheckpointError):
+        raise failure
+    if isinstance(message, tuple):  # the main rank's CheckpointError
+        raise CheckpointError(message[0], problems=message[1])
     if isinstance(failure, OSError):
         # A full disk, a file size limit, a read-only folder: name what was being written and
         # what is safe, instead of a bare traceback. `last` only ever moves atomically, so it still
@@ -87,6 +108,28 @@ def run_on_main(block: Callable[[], None], what: str, group: dist.ProcessGroup |
         raise failure
     if message is not None:
         raise CheckpointError(f"{what} failed on the main rank ({message}); see the main rank's output")
+
+
+def run_on_every_rank(block: Callable[[], None], what: str) -> None:
+    """Run `block` on every rank; if it fails anywhere, every rank raises: the same
+    CheckpointError when the first failure (by rank) is one, else the failing rank re-raises
+    its own exception and the others a CheckpointError naming it."""
+    failure: Exception | None = None
+    try:
+        block()
+    except Exception as exc:
+        failure = exc
+    mine = None if failure is None else (isinstance(failure, CheckpointError), str(failure), failure.problems if isinstance(failure, CheckpointError) else [])
+    everyone = gather_values(mine)
+    first = broadcast_value(next(((r, f) for r, f in enumerate(everyone or []) if f is not None), None))
+    if first is None:
+        return
+    failed_rank, (is_checkpoint_error, message, problems) = first
+    if is_checkpoint_error:
+        raise CheckpointError(message, problems=problems)
+    if failure is not None:
+        raise failure
+    raise CheckpointError(f"{what} failed on rank {failed_rank} ({message}); see that rank's output")
 
 
 def pause_point(point: str, checkpoints_dir: Path) -> None:

@@ -3,7 +3,9 @@
 Collective: every rank calls `load_model_and_optimizer` after wrapping (plain, DDP,
 FSDP2 or HSDP, with or without a process group). Each part is read from DCP shards when
 the checkpoint has them (DCP reshards onto the current mesh) and from the gathered
-safetensors file otherwise (read by the main rank, broadcast and sliced onto each rank).
+safetensors file otherwise: a sharded model's ranks each read their own rows of it into
+their shards (`read_local_shards`); a plain or DDP model's main rank reads it whole, into
+the live tensors, and torch broadcasts it to the other ranks.
 Before any collective, the main rank checks the files against the model (names,
 shapes, optimizer groups) and every rank raises the same `CheckpointError` on a
 mismatch, so a bad checkpoint never hangs a job or ends in a raw traceback.
@@ -20,14 +22,15 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_in_place
-from ._dist import run_on_main
+from ._dist import run_on_every_rank, run_on_main
 from ._checksums import ChecksumCheck
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
 from ._json_files import read_optimizer_json
 from ._st_format import read_header
-from ._st_read import read_tensors
+from ._st_read import read_local_shards, read_tensors
 from ._state import (
+    is_sharded,
     join_optimizer_state,
     load_full_model_state,
     load_full_optimizer_state,
@@ -101,6 +104,12 @@ def _load_model(files: StepFiles, model: nn.Module, check: ChecksumCheck) -> Non
         return
     if not files.model.is_file():
         raise _missing_model(files)
+    if is_sharded(model):
+        # each rank reads its own rows of the gathered file into its shards, as DCP would
+        run_on_main(lambda: _check_shapes(files.model, _shapes_of(local), "model"), f"checking {files.model}")
+        run_on_every_rank(lambda: read_local_shards(files.model, local), f"reading {files.model}")
+        set_model_state_dict(model, dict(local), options=StateDictOptions(strict=not adapter))
+        return
     full: dict[str, torch.Tensor] = {}
 
     def read() -> None:
@@ -114,14 +123,19 @@ def _load_model(files: StepFiles, model: nn.Module, check: ChecksumCheck) -> Non
     load_full_model_state(model, full, strict=not adapter)
 
 
-def _load_optimizer_dcp(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:
-    tensors, current = split_optimizer_state(template)
+def _check_optimizer_files(groups: Path, source: Path, tensors: dict[str, torch.Tensor], current: dict[str, Any]) -> None:
+    """Collective: the saved groups and tensor shapes against this optimizer (main rank checks)."""
 
     def check() -> None:
-        _check_groups(files.optimizer_groups, read_optimizer_json(files.optimizer_groups), current)
-        _check_shapes(files.optimizer_dcp, _shapes_of(tensors), "optimizer")
+        _check_groups(groups, read_optimizer_json(groups), current)
+        _check_shapes(source, _shapes_of(tensors), "optimizer")
 
-    run_on_main(check, f"checking {files.optimizer_dcp}")
+    run_on_main(check, f"checking {source}")
+
+
+def _load_optimizer_dcp(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:
+    tensors, current = split_optimizer_state(template)
+    _check_optimizer_files(files.optimizer_groups, files.optimizer_dcp, tensors, current)
     extra = read_optimizer_json(files.optimizer_groups)
     load_in_place(tensors, files.optimizer_dcp)
     set_optimizer_state_dict(model, optimizer, join_optimizer_state(tensors, extra, template["param_groups"]))
@@ -129,6 +143,12 @@ def _load_optimizer_dcp(files: StepFiles, model: nn.Module, optimizer: torch.opt
 
 def _load_optimizer_full(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:
     tensors, current = split_optimizer_state(template)
+    if is_sharded(model):  # each rank reads its own rows, as for the model
+        _check_optimizer_files(files.optimizer_groups, files.optimizer, tensors, current)
+        extra = read_optimizer_json(files.optimizer_groups)
+        run_on_every_rank(lambda: read_local_shards(files.optimizer, tensors), f"reading {files.optimizer}")
+        set_optimizer_state_dict(model, optimizer, join_optimizer_state(tensors, extra, template["param_groups"]))
+        return
     osd: dict[str, Any] = {}
 
     def read() -> None:
@@ -159,10 +179,12 @@ def load_model_and_optimizer(step_dir: Path, model: nn.Module, optimizer: torch.
     compare its files with the checksums taken at save (a damaged file raises CheckpointError
     naming it, on every rank, before anything trains on what was loaded)."""
     files = StepFiles(resolve_step_dir(step_dir))
-    # The check overlaps the load. A gathered model.safetensors is hashed as the main rank
-    # reads it; every other file (the optimizer's, DCP shards) is hashed from the start in
+    # The check overlaps the load. A gathered model.safetensors that the main rank reads whole
+    # (plain and DDP models) is hashed as it is read; every other file (the optimizer's, DCP
+    # shards, a gathered file that FSDP2 ranks read by rows) is hashed from the start in
     # background threads, so the optimizer's file is hashed while the model loads.
-    check = ChecksumCheck(files.root, read_by_main=[] if files.has_model_dcp() else [files.model])
+    read_whole = not files.has_model_dcp() and not is_sharded(model)
+    check = ChecksumCheck(files.root, read_by_main=[files.model] if read_whole else [])
     try:
         _load_model(files, model, check)
         if optimizer is not None:

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import torch
 from lr_config import FileDigest
+from torch.distributed.tensor import DTensor
 
 from ._errors import CheckpointError
 from ._sha import StreamHasher
 from ._st_format import DTYPE_CODES, read_header
 
-__all__ = ["CHUNK", "memory_of", "read_into", "read_tensors"]
+__all__ = ["CHUNK", "memory_of", "read_into", "read_local_shards", "read_tensors"]
 
 CHUNK = 16 << 20
 _DTYPES: dict[str, torch.dtype] = {code: getattr(torch, name) for name, code in DTYPE_CODES.items()}
@@ -92,3 +93,50 @@ def read_tensors(
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read ({exc})") from None
     return tensors, digest
+
+
+def _local_block(target: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...]]:
+    """(this rank's tensor, its offsets and sizes in the full tensor) of a DTensor shard (its
+    one chunk, as DCP's planner sees it), or of a plain tensor (all of it)."""
+    if not isinstance(target, DTensor):
+        return target, (0,) * target.dim(), tuple(target.shape)
+    chunks = target.__create_chunk_list__()  # type: ignore[no-untyped-call]
+    if len(chunks) != 1:
+        raise CheckpointError(f"a DTensor with {len(chunks)} chunks on one rank; load this layout from DCP shards")
+    return target.to_local(), tuple(chunks[0].offsets), tuple(chunks[0].sizes)
+
+
+def read_local_shards(path: Path, targets: Mapping[str, torch.Tensor]) -> None:
+    """Fill each tensor of `targets` (an FSDP2/HSDP model's or optimizer's local state: DTensor
+    shards, and plain tensors such as buffers) with its own part of the full tensor of the same
+    name in the gathered safetensors file `path`. Each rank reads only its rows: a dim-0 shard
+    of a row-major tensor is one contiguous byte range, read straight into the shard when it
+    fits (`read_into`), else into a buffer of those rows that is then sliced and copied (a
+    shard along another dim, another dtype, a GPU shard). Names and shapes must have been
+    checked against the header. No collective; the file is not hashed (`ChecksumCheck` does).
+    """
+    header = read_header(path)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            for name, target in sorted(targets.items(), key=lambda item: header.tensors[item[0]].begin):
+                entry = header.tensors[name]
+                dtype = _DTYPES[entry.code]
+                local, offsets, sizes = _local_block(target)
+                if local.numel() == 0:
+                    continue
+                start = header.data_start + entry.begin
+                if not sizes:  # a 0-dim tensor
+                    block = local if _fits(local, dtype, ()) else torch.empty((), dtype=dtype)
+                    read_into(f.fileno(), block, start)
+                else:
+                    row_bytes = dtype.itemsize * int(torch.Size(entry.shape[1:]).numel())
+                    rows = (sizes[0], *entry.shape[1:])
+                    whole_rows = tuple(sizes[1:]) == tuple(entry.shape[1:])
+                    block = local if whole_rows and _fits(local, dtype, rows) else torch.empty(rows, dtype=dtype)
+                    read_into(f.fileno(), block, start + offsets[0] * row_bytes)
+                    for dim in range(1, len(sizes)):
+                        block = block.narrow(dim, offsets[dim], sizes[dim])
+                if block is not local:
+                    local.copy_(block)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc})") from None
