@@ -167,7 +167,7 @@ def damaged_gathered_files_fail_alike(work: Path, mesh: object, rank: int, world
             f.write(bytes([byte[0] ^ 0xFF]))
         os.truncate(model_file, model_file.stat().st_size - 4)
     dist.barrier()
-    for folder, damaged, cause in ((flipped, optimizer_file, "SHA-256"), (cut, model_file, "")):
+    for folder, damaged, cause in ((flipped, optimizer_file, "its checksum does not match"), (cut, model_file, "truncated")):
         model = fsdp(1, mesh)
         optimizer = make_optimizer(model)
         try:

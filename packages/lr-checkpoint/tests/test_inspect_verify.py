@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,24 +61,65 @@ def test_checksums_name_flipped_bytes_that_still_parse(copy_step) -> None:  # ty
     root = copy_step("fsdp_safetensors_dcp")
     sums = json.loads((root / "checksums.json").read_text())
     on_disk = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != "checksums.json")
-    assert sums["version"] == 1 and sorted(sums["files"]) == on_disk
+    assert sums["version"] == 2 and sorted(sums["files"]) == on_disk
     weights = root / "pretrained_model" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-3] ^= 0x01
     weights.write_bytes(bytes(data))
     problems = lc.verify_checkpoint(root)
-    assert problems == [f"{weights}: its bytes differ from the save (SHA-256 does not match checksums.json); "
+    assert problems == [f"{weights}: its bytes differ from the save (its checksum does not match checksums.json); "
                         "the file is damaged: resume from another checkpoint"]
     from ckpt_toy import make_model
 
     with pytest.raises(lc.CheckpointError) as refused:
         lc.load_model_and_optimizer(root, make_model(0))
     assert str(refused.value) == problems[0]
-    sums["files"]["../../outside"] = {"size": 1, "sha256": "0" * 64}
+    sums["files"]["../../outside"] = {"size": 1, "sha256": "0" * 64, "crc32": "0" * 8}
     (root / "checksums.json").write_text(json.dumps(sums))
     assert any("entry '../../outside' points outside the checkpoint" in p for p in lc.verify_checkpoint(root))
     (root / "checksums.json").unlink()
     assert lc.verify_checkpoint(root) == []
+
+
+def test_resume_checks_the_crc32_and_verify_both_digests(copy_step) -> None:  # type: ignore[no-untyped-def]
+    """A damaged CRC-32 entry alone fails resume (its check); a damaged SHA-256 entry alone passes
+    resume but fails verify, which compares both. A checksums.json of version 1 (no CRC-32) is
+    upgraded on load, and resume then checks the SHA-256: a flipped byte is still refused."""
+    import json
+
+    from ckpt_toy import make_model, make_optimizer
+
+    root = copy_step("fsdp_safetensors")
+    path = root / "checksums.json"
+    saved = json.loads(path.read_text())
+    weights = "pretrained_model/model.safetensors"
+    assert re.fullmatch(r"[0-9a-f]{8}", saved["files"][weights]["crc32"])
+
+    def with_entry(**changes: str) -> None:
+        sums = json.loads(json.dumps(saved))
+        sums["files"][weights].update(changes)
+        path.write_text(json.dumps(sums))
+
+    def resume() -> None:
+        model = make_model(0)
+        lc.load_model_and_optimizer(root, model, make_optimizer(model))
+
+    with_entry(crc32="00000000")
+    with pytest.raises(lc.CheckpointError, match="model.safetensors: its bytes differ from the save"):
+        resume()
+    with_entry(sha256="0" * 64)
+    resume()
+    assert [p.split(":")[0] for p in lc.verify_checkpoint(root)] == [str(root / weights)]
+
+    v1 = {"version": 1, "files": {name: {"size": e["size"], "sha256": e["sha256"]} for name, e in saved["files"].items()}}
+    path.write_text(json.dumps(v1))
+    resume()
+    assert lc.verify_checkpoint(root) == []
+    data = bytearray((root / weights).read_bytes())
+    data[-3] ^= 0x01
+    (root / weights).write_bytes(bytes(data))
+    with pytest.raises(lc.CheckpointError, match="model.safetensors: its bytes differ from the save"):
+        resume()
 
 
 def test_truncated_and_missing_dcp_shards_are_reported(copy_step) -> None:  # type: ignore[no-untyped-def]

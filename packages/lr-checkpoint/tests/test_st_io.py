@@ -4,6 +4,7 @@ and every dtype, shape and alignment reads back equal."""
 from __future__ import annotations
 
 import hashlib
+import zlib
 import os
 from pathlib import Path
 
@@ -30,12 +31,13 @@ def mixed() -> dict[str, torch.Tensor]:
     }
 
 
-def test_the_writer_returns_the_sha256_of_the_file_it_wrote(tmp_path: Path) -> None:
+def test_the_writer_returns_the_sha256_and_crc32_of_the_file_it_wrote(tmp_path: Path) -> None:
     path = tmp_path / "x.safetensors"
     digest = write_tensor_dict(path, mixed(), {"format": "pt"})
     data = path.read_bytes()
     assert digest.size == len(data)
     assert digest.sha256 == hashlib.sha256(data).hexdigest()
+    assert digest.crc32 == f"{zlib.crc32(data):08x}"
 
 
 def test_the_reader_gives_back_every_tensor_and_the_file_digest(tmp_path: Path) -> None:
@@ -44,6 +46,9 @@ def test_the_reader_gives_back_every_tensor_and_the_file_digest(tmp_path: Path) 
     save_file(tensors, str(path))  # written by safetensors itself, not by our writer
     got, digest = read_tensors(path)
     assert digest is not None and digest.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest.crc32 == f"{zlib.crc32(path.read_bytes()):08x}"
+    crc_only = read_tensors(path, sha256=False)[1]  # resume's check
+    assert crc_only is not None and crc_only.sha256 == "" and crc_only.crc32 == digest.crc32
     reference = load_file(str(path))
     assert got.keys() == reference.keys()
     for name, tensor in reference.items():
@@ -80,7 +85,8 @@ def test_a_digest_taken_while_reading_stands_for_the_file(tmp_path: Path) -> Non
 
     # a recorded digest that differs is reported, naming the file
     check = ChecksumCheck(root, read_by_main=[root / "model.safetensors"])
-    check.record(root / "model.safetensors", type(digest)(size=digest.size, sha256="0" * 64))
+    assert not check.needs_sha256(root / "model.safetensors")  # the CRC-32 is enough
+    check.record(root / "model.safetensors", type(digest)(size=digest.size, sha256="", crc32="0" * 8))
     with pytest.raises(CheckpointError, match=r"model\.safetensors: its bytes differ from the save"):
         check.finish()
 

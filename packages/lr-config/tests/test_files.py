@@ -239,3 +239,27 @@ def test_a_broken_complete_line_is_an_error(tmp_path: Path) -> None:
     path.write_text(line(record(1)) + "{not json\n")
     with pytest.raises(ConfigError, match=f"^{path}:2: not valid JSON"):
         read_metrics(path)
+
+
+def test_checksums_of_version_1_are_upgraded_and_version_2_entries_hold_every_field(tmp_path: Path) -> None:
+    from lr_config import CHECKSUMS_VERSION, Checksums, FileDigest, load_checksums, save_checksums
+
+    path = tmp_path / "checksums.json"
+    saved = Checksums(files={"a/b.bin": FileDigest(size=3, sha256="f" * 64, crc32="0000abcd")})
+    save_checksums(path, saved)
+    assert json.loads(path.read_text())["version"] == CHECKSUMS_VERSION == 2
+    assert load_checksums(path) == saved
+
+    path.write_text(json.dumps({"version": 1, "files": {"a/b.bin": {"size": 3, "sha256": "f" * 64}}}))
+    upgraded = load_checksums(path)
+    assert upgraded.version == 2 and upgraded.files == {"a/b.bin": FileDigest(size=3, sha256="f" * 64, crc32="")}
+
+    path.write_text(json.dumps({"version": 1, "files": {"a/b.bin": {"size": 3, "sha256": "f" * 64, "md5": "x"}}}))
+    with pytest.raises(ConfigError, match=r"files\.a/b\.bin\.md5: unknown setting"):
+        load_checksums(path)
+    path.write_text(json.dumps({"version": 2, "files": {"a/b.bin": {"size": 3, "sha256": "f" * 64}}}))
+    with pytest.raises(ConfigError, match=r"incomplete file, missing --files\.a/b\.bin\.crc32"):
+        load_checksums(path)
+    path.write_text(json.dumps({"version": 3, "files": {}}))
+    with pytest.raises(ConfigError, match="schema version 3 is not supported"):
+        load_checksums(path)

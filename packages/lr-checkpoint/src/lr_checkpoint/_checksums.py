@@ -1,18 +1,21 @@
 """Checksums of a checkpoint's files: `checksums.json` in the step folder.
 
 Headers and DCP metadata say whether a file parses, not whether its bytes are the ones that
-were saved: a flipped bit inside a tensor loads fine. So every save records the size and
-SHA-256 of each file of the step folder, and `verify` and resume compare them.
+were saved: a flipped bit inside a tensor loads fine. So every save records the size,
+SHA-256 and CRC-32 of each file of the step folder. `verify` compares both digests; resume
+compares the CRC-32 (over twice as fast, and what matters at load is catching flipped and
+truncated bytes, not an adversary), or the SHA-256 for an entry that has no CRC-32 (a
+checksums.json of version 1, before it had one).
 
 - At commit (collective, before the temporary folder is renamed) the main rank lists the
   files and their sizes; the files are split over the ranks by bytes (`_share`), each rank
-  hashes its share in threads (hashlib releases the GIL on large buffers, and the files
+  hashes its share in threads (hashlib and zlib release the GIL on large buffers, and the files
   were just written, so they are read from the page cache); the main rank writes
   `checksums.json`. It is fsynced and renamed with the rest.
 - `checksum_problems(step_dir)` (one process, for verify) and `ChecksumCheck(step_dir)`
   (resume: started on every rank before the load so the hashing overlaps it, then
   `finish()`, collective) name each file that is missing, has another size, or another
-  SHA-256.
+  digest.
 
 A step folder without `checksums.json` (written by hand or by an older lr) is checked
 structurally only. `lr-checkpoint convert` keeps the file true with `update_checksums`: the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zlib
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
@@ -32,24 +36,47 @@ from lr_config import Checksums, ConfigError, FileDigest, load_checksums, save_c
 
 from ._dist import broadcast_value, gather_values, is_main, rank, run_on_main, world_size
 from ._errors import CheckpointError
+from ._sha import crc32_hex
 
 __all__ = ["CHECKSUMS", "ChecksumCheck", "checksum_problems", "update_checksums", "write_checksums"]
 
 CHECKSUMS = "checksums.json"
 _THREADS = 4
+_BUFFER = 8 << 20
 
 
-def _digest(path: Path) -> FileDigest:
-    with open(path, "rb") as f:
-        sha = hashlib.file_digest(f, "sha256").hexdigest()
-        return FileDigest(size=os.fstat(f.fileno()).st_size, sha256=sha)
+def _digest(path: Path, sha256: bool = True) -> FileDigest:
+    """The file's size and CRC-32, and its SHA-256 unless `sha256=False`."""
+    sha = hashlib.sha256() if sha256 else None
+    crc = size = 0
+    buffer = bytearray(_BUFFER)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while got := f.readinto(buffer):
+            chunk = view[:got]
+            if sha is not None:
+                sha.update(chunk)
+            crc = zlib.crc32(chunk, crc)
+            size += got
+    return FileDigest(size=size, sha256=sha.hexdigest() if sha is not None else "", crc32=crc32_hex(crc))
 
 
-def _digests(root: Path, names: list[str]) -> dict[str, FileDigest]:
+def _needs_sha256(expected: FileDigest | None) -> bool:
+    """Resume: the SHA-256 is needed only for an entry without a CRC-32 (version 1)."""
+    return expected is None or not expected.crc32
+
+
+def _digests(root: Path, names: list[str], expected: dict[str, FileDigest] | None = None) -> dict[str, FileDigest]:
+    """Digests of `names` in threads: both digests, or (`expected` given, resume) only what
+    comparing with `expected` needs."""
     if not names:
         return {}
+
+    def one(name: str) -> FileDigest:
+        return _digest(root / name, sha256=expected is None or _needs_sha256(expected.get(name)))
+
     with ThreadPoolExecutor(max_workers=min(_THREADS, len(names))) as pool:
-        return dict(zip(names, pool.map(lambda name: _digest(root / name), names)))
+        return dict(zip(names, pool.map(one, names)))
 
 
 def _share(sizes: dict[str, int], me: int, ranks: int) -> list[str]:
@@ -143,12 +170,20 @@ def _size_problems(root: Path, expected: dict[str, FileDigest], names: Iterable[
     return problems, todo
 
 
+def _differs(expected: FileDigest, got: FileDigest) -> bool:
+    """Whether any digest both sides have differs (at least one is always shared: `got` has
+    the CRC-32, and the SHA-256 when `expected` has no CRC-32)."""
+    shared = [(a, b) for a, b in ((expected.crc32, got.crc32), (expected.sha256, got.sha256)) if a and b]
+    assert shared, "no digest to compare"
+    return any(a != b for a, b in shared)
+
+
 def _digest_problems(root: Path, expected: dict[str, FileDigest], got: dict[str, FileDigest]) -> list[str]:
     return [
-        f"{root / name}: its bytes differ from the save (SHA-256 does not match {CHECKSUMS}); the file is "
+        f"{root / name}: its bytes differ from the save (its checksum does not match {CHECKSUMS}); the file is "
         "damaged: resume from another checkpoint"
         for name, digest in got.items()
-        if digest.sha256 != expected[name].sha256
+        if _differs(expected[name], digest)
     ]
 
 
@@ -219,7 +254,13 @@ class ChecksumCheck:
         todo = [n for n in todo if n not in self._by_main]
         if todo:
             self._pool = ThreadPoolExecutor(max_workers=min(_THREADS, len(todo)), thread_name_prefix="lr-checksums")
-            self._futures = {name: self._pool.submit(_digest, root / name) for name in todo}
+            self._futures = {name: self._pool.submit(_digest, root / name, _needs_sha256(sums.files[name])) for name in todo}
+
+    def needs_sha256(self, path: Path) -> bool:
+        """Whether the digest `record` gets for `path` must include the SHA-256 (its entry has
+        no CRC-32); False when there is nothing to compare it with."""
+        name = Path(path).relative_to(self.root).as_posix()
+        return name in self._expected and _needs_sha256(self._expected[name])
 
     def record(self, path: Path, digest: FileDigest) -> None:
         """The digest of a file of `read_by_main`, taken by the main rank as it read it."""
@@ -236,7 +277,7 @@ class ChecksumCheck:
         try:
             got = {name: future.result() for name, future in self._futures.items()}
             unrecorded = sorted(self._by_main - set(self._recorded)) if is_main() else []
-            got.update(_digests(self.root, unrecorded))  # read_by_main named a file the loader did not read
+            got.update(_digests(self.root, unrecorded, self._expected))  # read_by_main named a file the loader did not read
             got.update({name: self._recorded[name] for name in self._by_main & set(self._recorded)})
             mine += _digest_problems(self.root, self._expected, got)
         except OSError as exc:

@@ -114,7 +114,7 @@ def _load_model(files: StepFiles, model: nn.Module, check: ChecksumCheck) -> Non
 
     def read() -> None:
         _check_shapes(files.model, _shapes_of(local), "model")
-        saved, digest = read_tensors(files.model, into=local)
+        saved, digest = read_tensors(files.model, into=local, sha256=check.needs_sha256(files.model))
         assert digest is not None
         check.record(files.model, digest)
         full.update(saved)

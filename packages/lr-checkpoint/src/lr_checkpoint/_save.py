@@ -11,7 +11,7 @@ In order:
    `optimizer_state.safetensors`; `optimizer_param_groups.json` either way;
 4. one main-rank block writes the single files: train_config.json, training_step.json,
    scheduler/scaler JSON, every rank's RNG, and the engine's `write_pretrained` callback;
-5. checksums: every file's size and SHA-256 into `checksums.json` (the main rank hashed
+5. checksums: every file's size, SHA-256 and CRC-32 into `checksums.json` (the main rank hashed
    the safetensors files it wrote as it wrote them; the ranks share the rest);
 6. commit (main rank): fsync the tree, rename the temp folder to `<step:06d>`, switch
    `last` with an atomic symlink replace, prune to `checkpoint_keep`.

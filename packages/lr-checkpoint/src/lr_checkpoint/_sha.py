@@ -1,26 +1,36 @@
-"""SHA-256 of a stream of bytes, hashed beside the I/O that moves them.
+"""SHA-256 and CRC-32 of a stream of bytes, computed beside the I/O that moves them.
 
 The savers and the resume loader hash a file's bytes while they write or read them, instead
 of reading the file again afterwards: `update(view)` hands a buffer to a worker thread and
-returns at once (hashlib releases the GIL on large buffers), so hashing chunk k overlaps
-writing or reading chunk k+1. The caller must leave a buffer untouched until its next
-`update` or `digest` returns, which wait for the previous chunk.
+returns at once (hashlib and zlib release the GIL on large buffers), so hashing chunk k
+overlaps writing or reading chunk k+1. The caller must leave a buffer untouched until its
+next `update` or `digest` returns, which wait for the previous chunk.
+
+Saves take both digests (`checksums.json` holds both); resume's check needs only the
+CRC-32 (`sha256=False`), which runs at over twice SHA-256's speed (3.5 against 1.5 GB/s per
+core on the benchmark machine).
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from lr_config import FileDigest
 
-__all__ = ["StreamHasher"]
+__all__ = ["StreamHasher", "crc32_hex"]
+
+
+def crc32_hex(value: int) -> str:
+    return f"{value & 0xFFFFFFFF:08x}"
 
 
 class StreamHasher:
-    def __init__(self) -> None:
-        self._sha = hashlib.sha256()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lr-sha256")
+    def __init__(self, sha256: bool = True) -> None:
+        self._sha = hashlib.sha256() if sha256 else None
+        self._crc = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lr-hash")
         self._last: Future[None] | None = None
         self._size = 0
 
@@ -29,17 +39,22 @@ class StreamHasher:
             last, self._last = self._last, None
             last.result()
 
+    def _hash(self, view: memoryview | bytes) -> None:
+        if self._sha is not None:
+            self._sha.update(view)
+        self._crc = zlib.crc32(view, self._crc)
+
     def update(self, view: memoryview | bytes) -> None:
         self._wait()
         self._size += len(view)
-        self._last = self._pool.submit(self._sha.update, view)
+        self._last = self._pool.submit(self._hash, view)
 
     def digest(self) -> FileDigest:
         try:
             self._wait()
         finally:
             self.close()
-        return FileDigest(size=self._size, sha256=self._sha.hexdigest())
+        return FileDigest(size=self._size, sha256=self._sha.hexdigest() if self._sha is not None else "", crc32=crc32_hex(self._crc))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

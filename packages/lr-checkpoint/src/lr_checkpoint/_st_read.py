@@ -2,7 +2,7 @@
 
 Resume's reader for the gathered `model.safetensors` and `optimizer_state.safetensors`.
 Each tensor's bytes go with `readinto` straight into its destination (the live tensor when
-it fits, else a new one), each chunk's SHA-256 computed beside the next read
+it fits, else a new one), each chunk's checksums computed beside the next read
 (`StreamHasher`). `safetensors.load_file` maps the file and copies each tensor out of the
 mapping into new memory: page-fault reads, fresh pages, a second copy into the model, and
 the bytes still had to be read again for the checksum. The header is checked first
@@ -63,9 +63,10 @@ def _fits(target: torch.Tensor | None, dtype: torch.dtype, shape: tuple[int, ...
 
 
 def read_tensors(
-    path: Path, hash_it: bool = True, into: Mapping[str, torch.Tensor] | None = None
+    path: Path, hash_it: bool = True, into: Mapping[str, torch.Tensor] | None = None, sha256: bool = True
 ) -> tuple[dict[str, torch.Tensor], FileDigest | None]:
-    """Every tensor of `path` and the file's size and SHA-256 (None unless `hash_it`).
+    """Every tensor of `path` and the file's digest (None unless `hash_it`): its size and
+    CRC-32, and its SHA-256 unless `sha256=False`.
 
     A tensor goes straight into `into[name]` when that is a contiguous CPU tensor of the
     same dtype and shape (the live parameters and optimizer state of a plain or DDP model:
@@ -75,7 +76,7 @@ def read_tensors(
     header = read_header(path)
     tensors: dict[str, torch.Tensor] = {}
     try:
-        with open(path, "rb", buffering=0) as f, StreamHasher() as hasher:
+        with open(path, "rb", buffering=0) as f, StreamHasher(sha256) as hasher:
             head = f.read(header.data_start)
             if len(head) != header.data_start:
                 raise CheckpointError(f"{path}: the file shrank while it was read; re-create it")

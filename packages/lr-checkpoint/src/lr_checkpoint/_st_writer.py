@@ -78,7 +78,7 @@ def write_safetensors(
     metadata: Mapping[str, str] | None = None,
 ) -> FileDigest:
     """Write `tensors` (yielded in `specs` order) to `path` atomically, then check it; return
-    the file's size and SHA-256, hashed from the bytes as they were written."""
+    the file's digest (size, SHA-256, CRC-32), hashed from the bytes as they were written."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
@@ -98,7 +98,7 @@ def write_safetensors(
 
 
 def write_tensor_dict(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> FileDigest:
-    """Write an in-memory dict of tensors (sorted by name); return its size and SHA-256."""
+    """Write an in-memory dict of tensors (sorted by name); return its digest (size, SHA-256, CRC-32)."""
     names = sorted(tensors)
     specs = [spec_of(name, tensors[name]) for name in names]
     return write_safetensors(path, specs, ((name, tensors[name]) for name in names), metadata)

@@ -40,6 +40,7 @@ from ._configs import (
 from ._env_guard import ALLOW_ENV, check_accelerate_env, refused_accelerate_vars
 from ._errors import ConfigError, did_you_mean
 from ._files import (
+    CHECKSUMS_VERSION,
     FILES_VERSION,
     Checksums,
     FileDigest,
@@ -65,6 +66,7 @@ __all__ = [
     "ALLOW_ENV",
     "CHECKPOINT_FORMATS",
     "DEMO_REPO_ID",
+    "CHECKSUMS_VERSION",
     "FILES_VERSION",
     "POLICY_TYPES",
     "TRAIN_CONFIG_VERSION",

@@ -5,7 +5,7 @@
 | `training_step.json`  | `TrainingStep` | checkpoint (main rank)      |
 | `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step |
 | `run.json`            | `RunStatus`    | engine (main rank)          |
-| `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit) |
+| `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics`, which refuse unknown
 keys and versions with a message naming the file.
@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ._errors import ConfigError
 from ._serde import from_dict, load_json, save_json, to_dict
 from ._topology import Topology
 
 __all__ = [
+    "CHECKSUMS_VERSION",
     "Checksums",
     "FILES_VERSION",
     "FileDigest",
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 FILES_VERSION = 1
+CHECKSUMS_VERSION = 2
+"""checksums.json's own version: 2 added `FileDigest.crc32` (version 1 files are upgraded)."""
 RunState = Literal["running", "finished", "failed", "stopped"]
 
 
@@ -98,20 +101,32 @@ class RunStatus:
 
 @dataclass
 class FileDigest:
-    """One checkpoint file as it was written."""
+    """One checkpoint file as it was written: its size, SHA-256 (hex) and CRC-32 (zlib's,
+    8 hex digits). `verify` checks both; resume checks the CRC-32, over twice as fast to
+    compute, which catches the flipped and truncated bytes a check at load is for. An empty
+    `crc32` (a file upgraded from version 1) means resume checks the SHA-256."""
 
     size: int = 0
     sha256: str = ""
+    crc32: str = ""
 
 
 @dataclass
 class Checksums:
-    """Every file of a checkpoint step folder (paths relative to it, `/`-separated) with its size
-    and SHA-256, taken when the save committed; verify and resume compare them to catch flipped
-    or truncated bytes that parse fine."""
+    """Every file of a checkpoint step folder (paths relative to it, `/`-separated) with its size,
+    SHA-256 and CRC-32, taken when the save committed; verify and resume compare them to catch
+    flipped or truncated bytes that parse fine. Its own version (`CHECKSUMS_VERSION`)."""
 
-    version: int = FILES_VERSION
+    version: int = CHECKSUMS_VERSION
     files: dict[str, FileDigest] = field(default_factory=dict)
+
+
+def _checksums_from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no `crc32`: its entries get an empty one (resume then checks SHA-256)."""
+    files = data.get("files")
+    if isinstance(files, dict):
+        files = {name: {**entry, "crc32": ""} if isinstance(entry, dict) and "crc32" not in entry else entry for name, entry in files.items()}
+    return {**data, "files": files, "version": 2}
 
 
 def save_checksums(path: Path, value: Checksums) -> None:
@@ -119,7 +134,8 @@ def save_checksums(path: Path, value: Checksums) -> None:
 
 
 def load_checksums(path: Path) -> Checksums:
-    return load_json(path, Checksums, current_version=FILES_VERSION)
+    """Read checksums.json; a version-1 file (before `crc32`) is upgraded."""
+    return load_json(path, Checksums, current_version=CHECKSUMS_VERSION, upgrades={1: _checksums_from_v1})
 
 
 def save_training_step(path: Path, value: TrainingStep) -> None:

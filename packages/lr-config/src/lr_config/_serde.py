@@ -16,6 +16,7 @@ import tempfile
 import types
 import typing
 from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._configs import POLICY_TYPES, PolicyConfig
@@ -213,8 +214,13 @@ def save_json(path: Path, data: Any) -> None:
         raise
 
 
-def load_json(path: Path, cls: type[T], *, current_version: int) -> T:
-    """Read a versioned contract file; refuse unknown versions and name the file."""
+def load_json(
+    path: Path, cls: type[T], *, current_version: int, upgrades: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None
+) -> T:
+    """Read a versioned contract file; refuse unknown versions and name the file.
+
+    `upgrades[v]` turns a version-v object into the next version's (and sets its `version`);
+    they are applied in turn up to `current_version`, then the result is checked strictly."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -225,6 +231,9 @@ def load_json(path: Path, cls: type[T], *, current_version: int) -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     version = data.get("version")
+    while isinstance(version, int) and version != current_version and version in (upgrades or {}):
+        data = (upgrades or {})[version](data)
+        version = data.get("version")
     if version != current_version:
         raise ConfigError(
             f"{path}: schema version {version!r} is not supported (this lr reads version {current_version}); "
@@ -258,9 +267,16 @@ def missing_fields(cls: type, data: dict[str, Any], prefix: str = "") -> list[st
         if f.name not in data:
             missing.append(f"--{path}")
             continue
-        inner = _dataclass_of(field_types[f.name], data[f.name])
-        if inner is not None and isinstance(data[f.name], dict):
-            missing += missing_fields(inner, data[f.name], path + ".")
+        tp, value = field_types[f.name], data[f.name]
+        inner = _dataclass_of(tp, value)
+        if inner is not None and isinstance(value, dict):
+            missing += missing_fields(inner, value, path + ".")
+        elif typing.get_origin(tp) is dict and isinstance(value, dict):  # dict[str, SomeDataclass]: each entry
+            entry_type = _dataclass_of(typing.get_args(tp)[1], None)
+            if entry_type is not None:
+                for key, entry in value.items():
+                    if isinstance(entry, dict):
+                        missing += missing_fields(entry_type, entry, f"{path}.{key}.")
     return missing
 
 
