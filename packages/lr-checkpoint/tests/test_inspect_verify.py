@@ -71,9 +71,16 @@ def test_checksums_name_flipped_bytes_that_still_parse(copy_step) -> None:  # ty
                         "the file is damaged: resume from another checkpoint"]
     from ckpt_toy import make_model
 
+    # resume reads the gathered weights of a `safetensors` checkpoint (those of
+    # `safetensors_dcp` only verify and publish read: see the test below)
+    gathered = copy_step("fsdp_safetensors")
+    read_weights = gathered / "pretrained_model" / "model.safetensors"
+    data = bytearray(read_weights.read_bytes())
+    data[-3] ^= 0x01
+    read_weights.write_bytes(bytes(data))
     with pytest.raises(lc.CheckpointError) as refused:
-        lc.load_model_and_optimizer(root, make_model(0))
-    assert str(refused.value) == problems[0]
+        lc.load_model_and_optimizer(gathered, make_model(0))
+    assert str(refused.value) == lc.verify_checkpoint(gathered)[0] == problems[0].replace(str(weights), str(read_weights))
     sums["files"]["../../outside"] = {"size": 1, "sha256": "0" * 64, "crc32": "0" * 8}
     (root / "checksums.json").write_text(json.dumps(sums))
     assert any("entry '../../outside' points outside the checkpoint" in p for p in lc.verify_checkpoint(root))
@@ -216,3 +223,30 @@ def test_cli_inspect_json_needs_no_torch(ckpt_runs: Path) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["format"] == "dcp" and report["model"][0]["kind"] == "dcp"
+
+
+def test_resume_checks_the_files_it_reads_and_leaves_the_others_to_verify(copy_step) -> None:  # type: ignore[no-untyped-def]
+    """safetensors_dcp resumes from the DCP shards: a flipped byte in its gathered
+    model.safetensors does not stop it (verify names the file); a weights-only load does not
+    check the optimizer's files; a flipped byte in a shard it reads still stops it."""
+    from ckpt_toy import make_model, make_optimizer
+
+    root = copy_step("fsdp_safetensors_dcp")
+
+    def flip(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+
+    weights = root / "pretrained_model" / "model.safetensors"
+    flip(weights)
+    model = make_model(0)
+    lc.load_model_and_optimizer(root, model, make_optimizer(model))
+    assert [p.split(":")[0] for p in lc.verify_checkpoint(root)] == [str(weights)]
+
+    optimizer_shard = next((root / "training_state" / "optimizer_0").glob("*.distcp"))
+    flip(optimizer_shard)
+    lc.load_model_and_optimizer(root, make_model(0))  # no optimizer: its files are not read
+    model = make_model(0)
+    with pytest.raises(lc.CheckpointError, match=re.escape(f"{optimizer_shard}: its bytes differ from the save")):
+        lc.load_model_and_optimizer(root, model, make_optimizer(model))

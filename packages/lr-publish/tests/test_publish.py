@@ -232,3 +232,37 @@ def test_a_link_in_a_folder_is_refused_not_followed(hub_server, hub_env, ckpts, 
     with pytest.raises(PublishError, match=r"policy_preprocessor\.json is a link .*only real files"):
         publish_folder(folder, ckpts.repo_id, endpoint=hub_server.endpoint)
     assert hub_server.requests == []
+
+
+def _write_checksums(step_dir: Path) -> None:
+    """checksums.json as lr-checkpoint's save writes it: size, SHA-256, CRC-32 of every file."""
+    import hashlib
+    import zlib
+
+    from lr_config import Checksums, FileDigest, save_checksums
+
+    files = {}
+    for path in sorted(p for p in step_dir.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        files[path.relative_to(step_dir).as_posix()] = FileDigest(
+            size=len(data), sha256=hashlib.sha256(data).hexdigest(), crc32=f"{zlib.crc32(data):08x}"
+        )
+    save_checksums(step_dir / "checksums.json", Checksums(files=files))
+
+
+def test_a_checkpoint_file_whose_bytes_changed_since_the_save_is_not_published(hub_server, hub_env, ckpts, tmp_path):
+    """Resume from DCP shards never reads the gathered model.safetensors, so its checksum is
+    checked as publish copies it: a flipped byte is a PublishError naming the file, before
+    any network call and with no publish folder left behind."""
+    step_dir = ckpts.make("full")
+    _write_checksums(step_dir)
+    build_publish_folder_from_checkpoint(step_dir, tmp_path / "intact", repo_id=ckpts.repo_id)  # the check passes
+
+    weights = step_dir / "pretrained_model" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(PublishError, match=rf"{weights}: its bytes differ from the save .*checksums\.json"):
+        publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint)
+    assert hub_server.requests == []
+    assert not (step_dir.parent.parent / "publish").exists()

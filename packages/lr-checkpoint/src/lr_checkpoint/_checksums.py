@@ -224,12 +224,14 @@ class ChecksumCheck:
     (hashlib releases the GIL), so the hashing overlaps the load that reads the same files
     and each byte comes from the disk once. The files in `read_by_main` are the ones the
     main rank reads whole and hashes as it reads them (`read_tensors`): they are nobody's
-    share, and the loader hands their digests over with `record`. `finish()` is collective:
+    share, and the loader hands their digests over with `record`. Files and folders in
+    `unread` are ones this load does not read (the gathered weights when DCP shards are
+    loaded instead, the optimizer's files when it is not loaded): they are left to `verify`. `finish()` is collective:
     it waits for the hashes and raises the same CheckpointError on every rank when a file
     differs. `cancel()` drops the hashing when the load failed first.
     """
 
-    def __init__(self, root: Path, read_by_main: Iterable[Path] = ()) -> None:
+    def __init__(self, root: Path, read_by_main: Iterable[Path] = (), unread: Iterable[Path] = ()) -> None:
         self.root = root
         self._failure = ""
         self._expected: dict[str, FileDigest] = {}
@@ -245,11 +247,12 @@ class ChecksumCheck:
             return
         if sums is None:
             return
-        self._expected = sums.files
-        self._by_main = {Path(p).relative_to(root).as_posix() for p in read_by_main} & set(sums.files)
-        rest = {n: d.size for n, d in sums.files.items() if n not in self._by_main}
+        skipped = [Path(p).relative_to(root).as_posix() for p in unread]
+        self._expected = {n: d for n, d in sums.files.items() if not any(n == part or n.startswith(part + "/") for part in skipped)}
+        self._by_main = {Path(p).relative_to(root).as_posix() for p in read_by_main} & set(self._expected)
+        rest = {n: d.size for n, d in self._expected.items() if n not in self._by_main}
         share = _share(rest, rank(), world_size()) + (sorted(self._by_main) if is_main() else [])
-        self._problems, todo = _size_problems(root, sums.files, share)
+        self._problems, todo = _size_problems(root, self._expected, share)
         self._by_main &= set(todo)  # those of another size are reported already
         todo = [n for n in todo if n not in self._by_main]
         if todo:

@@ -174,17 +174,30 @@ def _load_optimizer(files: StepFiles, model: nn.Module, optimizer: torch.optim.O
         )
 
 
+def _unread(files: StepFiles, with_optimizer: bool) -> list[Path]:
+    """The files and folders of the step folder this load does not read (`ChecksumCheck`
+    leaves them to `verify`): a part's gathered file when its DCP shards are read instead, and
+    every optimizer file when no optimizer is loaded."""
+    unread = [files.model] if files.has_model_dcp() else []
+    if not with_optimizer:
+        unread += [files.optimizer, files.optimizer_dcp, files.optimizer_groups]
+    elif files.has_optimizer_dcp():
+        unread.append(files.optimizer)
+    return unread
+
+
 def load_model_and_optimizer(step_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
     """Collective: load a checkpoint's model (and optimizer) state onto the current layout, then
-    compare its files with the checksums taken at save (a damaged file raises CheckpointError
-    naming it, on every rank, before anything trains on what was loaded)."""
+    compare the files it read with the checksums taken at save (a damaged file raises
+    CheckpointError naming it, on every rank, before anything trains on what was loaded;
+    files this load does not read are left to `verify_checkpoint`)."""
     files = StepFiles(resolve_step_dir(step_dir))
     # The check overlaps the load. A gathered model.safetensors that the main rank reads whole
     # (plain and DDP models) is hashed as it is read; every other file (the optimizer's, DCP
     # shards, a gathered file that FSDP2 ranks read by rows) is hashed from the start in
     # background threads, so the optimizer's file is hashed while the model loads.
     read_whole = not files.has_model_dcp() and not is_sharded(model)
-    check = ChecksumCheck(files.root, read_by_main=[files.model] if read_whole else [])
+    check = ChecksumCheck(files.root, read_by_main=[files.model] if read_whole else [], unread=_unread(files, optimizer is not None))
     try:
         _load_model(files, model, check)
         if optimizer is not None:

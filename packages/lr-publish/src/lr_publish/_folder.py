@@ -9,22 +9,26 @@ A publish folder holds exactly:
 It is built under a hidden temporary name beside its final path, checked, then renamed,
 so a crash never leaves half a folder, and an existing folder is never overwritten.
 `check_publish_folder` refuses DCP shards, training state, unreadable safetensors, a card
-`ModelCard` cannot parse, and any file that contains the Hugging Face token.
+`ModelCard` cannot parse, and any file that contains the Hugging Face token. A copy of a
+checkpoint's file is checked against the step folder's checksums.json as it is made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, get_token
-from lr_config import TRAIN_CONFIG_VERSION, TrainConfig, TrainingStep, load_json
+from lr_config import TRAIN_CONFIG_VERSION, FileDigest, TrainConfig, TrainingStep, load_checksums, load_json
 from safetensors import safe_open
 
 from ._card import model_card
@@ -38,6 +42,8 @@ __all__ = [
     "weights_kind",
     "write_card",
 ]
+
+CHECKSUMS = "checksums.json"
 
 _PUBLISHED_NAMES = frozenset({
     "config.json", "train_config.json", "model.safetensors", "adapter_model.safetensors",
@@ -80,6 +86,7 @@ def staged_folder(folder: Path, *, token: str | None = None) -> Iterator[Path]:
             f"{folder} already exists and is never overwritten: push it as it is with "
             f"`lr-publish --folder={folder} --repo_id=...`, or choose another --folder"
         )
+    made_parent = not folder.parent.exists()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -90,6 +97,9 @@ def staged_folder(folder: Path, *, token: str | None = None) -> Iterator[Path]:
         os.rename(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made_parent and not folder.exists():
+            with contextlib.suppress(OSError):  # only when empty: another publish may be writing there
+                folder.parent.rmdir()
 
 
 def copy_checkpoint_files(model_dir: Path, dest: Path) -> list[str]:
@@ -109,9 +119,40 @@ def copy_checkpoint_files(model_dir: Path, dest: Path) -> list[str]:
         if path.is_symlink():
             raise _link_error(path)
     names = [p.name for p in published if p.is_file()]
+    expected = _saved_digests(model_dir)
     for name in names:
         shutil.copy2(model_dir / name, dest / name, follow_symlinks=False)
+        digest = expected.get(f"{model_dir.name}/{name}")
+        if digest is not None and not _same_bytes(dest / name, digest):
+            raise PublishError(
+                f"{model_dir / name}: its bytes differ from the save (its checksum does not match "
+                f"{model_dir.parent / CHECKSUMS}); the file is damaged: publish another checkpoint "
+                "(`lr-checkpoint verify` names every damaged file)"
+            )
     return names
+
+
+def _saved_digests(model_dir: Path) -> dict[str, FileDigest]:
+    """The step folder's checksums.json entries (relative names), or {} when it has none.
+
+    Resume checks only the files it reads; a checkpoint that resumes from DCP shards never
+    reads its gathered model.safetensors, so the copy that is uploaded is checked here."""
+    path = model_dir.parent / CHECKSUMS
+    return load_checksums(path).files if path.is_file() else {}
+
+
+def _same_bytes(path: Path, expected: FileDigest) -> bool:
+    """The file's size and CRC-32 (its SHA-256 for an entry without one) against `expected`."""
+    crc, sha, size = 0, hashlib.sha256() if not expected.crc32 else None, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            crc = zlib.crc32(chunk, crc)
+            if sha is not None:
+                sha.update(chunk)
+            size += len(chunk)
+    if size != expected.size:
+        return False
+    return sha.hexdigest() == expected.sha256 if sha is not None else f"{crc:08x}" == expected.crc32
 
 
 def _link_error(path: Path) -> PublishError:
