@@ -68,3 +68,10 @@ def test_write_section_replaces_its_own_section_and_keeps_the_others(tmp_path: P
     assert "engine body" in _section(text, "engine_overhead") and "SMOKE RUN" in _section(text, "engine_overhead")
     assert "SMOKE RUN" not in _section(text, "startup")
     assert "- Command: `cmd-s`" in _section(text, "startup")
+    # a hand-written part outside the sections survives every rewrite, at the end
+    out.write_text(text + "\n## What was changed\n\nBy hand.\n")
+    _common.write_section(out, "startup", "6. S", "cmd-s", ctx, "third startup body", smoke=False)
+    _common.write_section(out, "engine_overhead", "1. E", "cmd-e", ctx, "engine body", smoke=False)
+    text = out.read_text()
+    assert text.endswith("## What was changed\n\nBy hand.\n") and text.count("By hand.") == 1
+    assert "third startup body" in _section(text, "startup")

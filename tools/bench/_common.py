@@ -178,6 +178,12 @@ def _sections(text: str) -> dict[str, str]:
     return found
 
 
+def _outside_sections(text: str) -> str:
+    """What a person wrote in the file outside the title, the intro and the sections."""
+    rest = re.sub(r"<!-- bench:(\w+) -->\n.*?<!-- /bench:\1 -->\n?", "", text, flags=re.S)
+    return rest.replace(TITLE, "", 1).replace(INTRO, "", 1).strip()
+
+
 def write_section(out: Path, name: str, title: str, command: str, ctx: Context, body: str, smoke: bool) -> None:
     """Replace (or add) section `name` of `out`; sections keep the order of ORDER."""
     header = [
@@ -194,13 +200,16 @@ def write_section(out: Path, name: str, title: str, command: str, ctx: Context, 
         "",
     ]
     content = "\n".join(header) + body.rstrip() + "\n\n"
-    existing = _sections(out.read_text()) if out.exists() else {}
+    text = out.read_text() if out.exists() else ""
+    existing = _sections(text)
     existing[name] = content
     names = [n for n in ORDER if n in existing] + [n for n in existing if n not in ORDER]
     parts = [TITLE, "", INTRO]
     for n in names:
         begin, end = _marker(n)
         parts += [begin, existing[n].rstrip() + "\n", end, ""]
+    if hand_written := _outside_sections(text):  # kept at the end, as it is
+        parts += [hand_written, ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text("\n".join(parts))
