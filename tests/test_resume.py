@@ -42,15 +42,20 @@ LAYOUTS = {
 }
 
 
-def launch(nproc: int, argv: list[str]) -> None:
+def launch(nproc: int, argv: list[str]) -> str:
     proc = run_cli(["lr_engine.cli", *argv]) if nproc == 1 else run_torchrun(nproc, argv)
     assert proc.returncode == 0, f"{argv}\n{proc.stdout[-2500:]}\n{proc.stderr[-2500:]}"
+    return proc.stdout
+
+
+PRINTED: dict[Path, str] = {}
+"""What each straight run printed (stdout), by output folder."""
 
 
 def straight(root: Path, dataset: Path, name: str, layout: str, *extra: str) -> Path:
     nproc, flags = LAYOUTS[layout]
     out = root / name
-    launch(nproc, ["train", f"--output_dir={out}", f"--dataset.root={dataset}", *TINY, "--steps=8", *flags, *extra])
+    PRINTED[out] = launch(nproc, ["train", f"--output_dir={out}", f"--dataset.root={dataset}", *TINY, "--steps=8", *flags, *extra])
     return out
 
 
@@ -121,6 +126,12 @@ def test_resume_is_bit_exact_on_the_same_topology(root: Path, demo_dataset: Path
     base = straight(root, demo_dataset, name, layout, *extra)
     again = resume(root, base, name + "-resumed", layout)
     assert_bit_exact(base, again)
+    saves = [line.split(": ", 1)[0] + " " + line.rsplit("/", 1)[-1] for line in PRINTED[base].splitlines() if line.startswith("checkpoint ")]
+    if "--checkpoint_async=true" in extra:  # "saved" only once committed
+        assert saves == ["checkpoint saving in the background 000004", "checkpoint saved 000004",
+                         "checkpoint saving in the background 000008", "checkpoint saved 000008"], saves
+    else:
+        assert saves == ["checkpoint saved 000004", "checkpoint saved 000008"], saves
 
 
 @pytest.fixture(scope="module")

@@ -118,6 +118,9 @@ def test_resume_checks_the_crc32_and_verify_both_digests(copy_step) -> None:  # 
     resume()
     assert [p.split(":")[0] for p in lc.verify_checkpoint(root)] == [str(root / weights)]
 
+    with_entry(crc32="", sha256="")  # a hand-edited entry: named, not a crash
+    assert lc.verify_checkpoint(root) == [f"{path}: entry {weights!r} has neither a SHA-256 nor a CRC-32; the file is damaged"]
+
     v1 = {"version": 1, "files": {name: {"size": e["size"], "sha256": e["sha256"]} for name, e in saved["files"].items()}}
     path.write_text(json.dumps(v1))
     resume()

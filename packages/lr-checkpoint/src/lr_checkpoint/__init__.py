@@ -9,8 +9,9 @@ write `safetensors`.
 Saving (collective, every rank):
 
     >>> path = save_checkpoint(output_dir / "checkpoints", step, SaveRequest(...))
+    >>> pending_save()                 # == path while an async DCP save is being written
     >>> wait_for_staging()             # before the next optimizer.step (async DCP saves)
-    >>> wait_for_pending_save()        # before exiting: the background commit is done
+    >>> wait_for_pending_save()        # before exiting: the background commit is done (-> path)
 
 Resuming, in two phases:
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from ._gather import gather_model_state_dict
     from ._load import load_model_and_optimizer
     from ._rng import capture_rng_state, restore_rng
-    from ._save import save_checkpoint, wait_for_pending_save, wait_for_staging
+    from ._save import pending_save, save_checkpoint, wait_for_pending_save, wait_for_staging
     from ._verify import verify_checkpoint
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "inspect_checkpoint",
     "load_model_and_optimizer",
     "model_weights_file",
+    "pending_save",
     "read_resume_state",
     "read_training_step",
     "resolve_step_dir",
@@ -74,6 +76,7 @@ _HEAVY = {
     "convert_checkpoint": "._convert",
     "gather_model_state_dict": "._gather",
     "load_model_and_optimizer": "._load",
+    "pending_save": "._save",
     "restore_rng": "._rng",
     "save_checkpoint": "._save",
     "verify_checkpoint": "._verify",

@@ -170,21 +170,24 @@ def _size_problems(root: Path, expected: dict[str, FileDigest], names: Iterable[
     return problems, todo
 
 
-def _differs(expected: FileDigest, got: FileDigest) -> bool:
-    """Whether any digest both sides have differs (at least one is always shared: `got` has
-    the CRC-32, and the SHA-256 when `expected` has no CRC-32)."""
-    shared = [(a, b) for a, b in ((expected.crc32, got.crc32), (expected.sha256, got.sha256)) if a and b]
-    assert shared, "no digest to compare"
-    return any(a != b for a, b in shared)
+def _shared(expected: FileDigest, got: FileDigest) -> list[tuple[str, str]]:
+    """The digests both sides have (`got` always has the CRC-32, and the SHA-256 when
+    `expected` has no CRC-32; only an entry with neither, written by hand, shares none)."""
+    return [(a, b) for a, b in ((expected.crc32, got.crc32), (expected.sha256, got.sha256)) if a and b]
 
 
 def _digest_problems(root: Path, expected: dict[str, FileDigest], got: dict[str, FileDigest]) -> list[str]:
-    return [
-        f"{root / name}: its bytes differ from the save (its checksum does not match {CHECKSUMS}); the file is "
-        "damaged: resume from another checkpoint"
-        for name, digest in got.items()
-        if _differs(expected[name], digest)
-    ]
+    problems = []
+    for name, digest in got.items():
+        shared = _shared(expected[name], digest)
+        if not shared:
+            problems.append(f"{root / CHECKSUMS}: entry {name!r} has neither a SHA-256 nor a CRC-32; the file is damaged")
+        elif any(a != b for a, b in shared):
+            problems.append(
+                f"{root / name}: its bytes differ from the save (its checksum does not match {CHECKSUMS}); the file is "
+                "damaged: resume from another checkpoint"
+            )
+    return problems
 
 
 def _compare(root: Path, expected: dict[str, FileDigest], names: Iterable[str]) -> list[str]:
@@ -221,14 +224,14 @@ class ChecksumCheck:
 
     Creating it (on every rank, no collective) reads checksums.json, checks this rank's
     share of the files for presence and size, and starts hashing them in background threads
-    (hashlib releases the GIL), so the hashing overlaps the load that reads the same files
+    (hashlib and zlib release the GIL), so the hashing overlaps the load that reads the same files
     and each byte comes from the disk once. The files in `read_by_main` are the ones the
     main rank reads whole and hashes as it reads them (`read_tensors`): they are nobody's
     share, and the loader hands their digests over with `record`. Files and folders in
     `unread` are ones this load does not read (the gathered weights when DCP shards are
-    loaded instead, the optimizer's files when it is not loaded): they are left to `verify`. `finish()` is collective:
-    it waits for the hashes and raises the same CheckpointError on every rank when a file
-    differs. `cancel()` drops the hashing when the load failed first.
+    loaded instead, the optimizer's files when it is not loaded): they are left to `verify`.
+    `finish()` is collective: it waits for the hashes and raises the same CheckpointError on
+    every rank when a file differs. `cancel()` drops the hashing when the load failed first.
     """
 
     def __init__(self, root: Path, read_by_main: Iterable[Path] = (), unread: Iterable[Path] = ()) -> None:

@@ -60,7 +60,7 @@ from ._rng import capture_rng_state, encode_all_ranks
 from ._st_writer import write_tensor_dict
 from ._state import full_model_state, full_optimizer_state, is_sharded, local_model_state, local_optimizer_state, split_optimizer_state
 
-__all__ = ["effective_format", "save_checkpoint", "wait_for_pending_save", "wait_for_staging"]
+__all__ = ["effective_format", "pending_save", "save_checkpoint", "wait_for_pending_save", "wait_for_staging"]
 
 _DCP_FORMATS = ("dcp", "safetensors_dcp")
 
@@ -377,16 +377,22 @@ def wait_for_staging() -> None:
             pass
 
 
-def wait_for_pending_save() -> None:
+def pending_save() -> Path | None:
+    """The step folder a background save is writing (not yet committed), else None."""
+    return None if _pending is None else _pending.final
+
+
+def wait_for_pending_save() -> Path | None:
     """Collective when a background save is pending: wait until it is committed (or raise its
-    failure, the same CheckpointError on every rank). Call it before exiting; every save
-    calls it first. No-op otherwise.
+    failure, the same CheckpointError on every rank) and return its step folder. Call it
+    before exiting; every save calls it first. No-op (None) otherwise.
     """
     global _pending
     save, _pending = _pending, None
     if save is None:
-        return
+        return None
     assert save.committer is not None
     save.committer.join()
     if save.failure is not None:
         raise save.failure
+    return save.final

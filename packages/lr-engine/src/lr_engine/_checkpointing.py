@@ -19,6 +19,7 @@ from lr_checkpoint import (
     SaveRequest,
     gather_model_state_dict,
     load_model_and_optimizer,
+    pending_save,
     read_resume_state,
     resolve_step_dir,
     restore_rng,
@@ -123,22 +124,38 @@ def save(run: Run, step: int, training_step: TrainingStep) -> Path:
         scaler_state=run.scaler.state_dict() if run.scaler is not None else None,
         write_pretrained=_write_pretrained_extras(run),
     )
+    finish_pending(run)  # the previous background save, committed first (save_checkpoint would wait too)
     try:
         path = save_checkpoint(run.output_dir / "checkpoints", step, request)
     except BaseException as exc:
-        if run.ctx.is_main:
-            last = run.output_dir / "checkpoints" / "last"
-            kept = f"last still -> {os.readlink(last)}" if last.is_symlink() else "no earlier checkpoint"
-            print(f"checkpoint failed: {run.output_dir / 'checkpoints'} step {step}: {type(exc).__name__}: {exc}; {kept}", flush=True)
+        _report_failure(run, f"step {step}", exc)
         raise
     if run.ctx.is_main:
-        print(f"checkpoint saved: {path}", flush=True)
+        if pending_save() == path:  # an async save: "saved" is printed once it is committed
+            print(f"checkpoint saving in the background: {path}", flush=True)
+        else:
+            print(f"checkpoint saved: {path}", flush=True)
     return path
 
 
-def finish_pending() -> None:
-    """Wait until a background save is committed (before exiting)."""
-    wait_for_pending_save()
+def _report_failure(run: Run, what: str, exc: BaseException) -> None:
+    if run.ctx.is_main:
+        last = run.output_dir / "checkpoints" / "last"
+        kept = f"last still -> {os.readlink(last)}" if last.is_symlink() else "no earlier checkpoint"
+        print(f"checkpoint failed: {run.output_dir / 'checkpoints'} {what}: {type(exc).__name__}: {exc}; {kept}", flush=True)
+
+
+def finish_pending(run: Run) -> None:
+    """Wait until a background save is committed (before the next save and before exiting);
+    the main rank says so, or says it failed."""
+    writing = pending_save()
+    try:
+        committed = wait_for_pending_save()
+    except BaseException as exc:
+        _report_failure(run, f"background save of {writing.name if writing else 'a step'}", exc)
+        raise
+    if committed is not None and run.ctx.is_main:
+        print(f"checkpoint saved: {committed}", flush=True)
 
 
 def wait_for_background_copy() -> None:

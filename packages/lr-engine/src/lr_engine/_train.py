@@ -295,13 +295,14 @@ def loop(run: Run) -> int:
                 checkpointing.save(run, step, training_step_record(run, step))
             if stopping:
                 run.stopped = True
+                checkpointing.finish_pending(run)  # an async save is committed before "stopped ... (checkpoint saved)"
                 log(run.ctx, f"stopped at step {step} on request" + (" (checkpoint saved)" if cfg.save_checkpoint else ""))
                 break
     finally:
         stop.uninstall()
         if sink is not None:
             sink.close()
-    checkpointing.finish_pending()
+    checkpointing.finish_pending(run)
     return step
 
 
