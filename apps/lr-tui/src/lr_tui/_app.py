@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.css.query import NoMatches
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from ._views.logs import LogView
     from ._views.monitor import MonitorView
 
-__all__ = ["LrApp", "main"]
+    View = LaunchView | MonitorView | CheckpointsView | LogView | HardwareView
 
-VIEWS = ("launch", "monitor", "checkpoints", "logs", "hardware")
+__all__ = ["LrApp", "main"]
 
 
 class LrApp(App[None]):
@@ -67,54 +67,57 @@ class LrApp(App[None]):
         self.stop_grace = stop_grace
         self.hardware = hardware or HostHardware()
         self.hardware_interval = hardware_interval
-        self._views: dict[str, Any] = {}
+        self._views: dict[str, View] = {}
 
-    # The views are built on first use. The first view is built and mounted before the first
-    # frame; the others (and their modules: ~60 ms of imports) only right after it, when their
-    # `Deferred` placeholder mounts them, or earlier if code asks for them.
+    # The views are built on first use (`_view`). The first view is built and mounted before
+    # the first frame; the others (and their modules: ~60 ms of imports) only right after it,
+    # when their `Deferred` placeholder mounts them, or earlier if code asks for them.
+
+    def _build_view(self, name: str) -> View:
+        if name == "launch":
+            return LaunchView(plan_runner=self.plan_runner, plan_delay=self.plan_delay, stop_grace=self.stop_grace, id="launch-view")
+        if name == "monitor":
+            from ._views.monitor import MonitorView
+
+            return MonitorView(
+                poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self._resume_context()[0], id="monitor-view"
+            )
+        if name == "checkpoints":
+            from ._views.checkpoints import CheckpointsView
+
+            return CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
+        if name == "logs":
+            from ._views.logs import LogView
+
+            return LogView(id="log-view")
+        from ._views.hardware import HardwareView
+
+        return HardwareView(self.hardware, interval=self.hardware_interval, id="hardware-view")
+
+    def _view(self, name: str) -> View:
+        if name not in self._views:
+            self._views[name] = self._build_view(name)
+        return self._views[name]
 
     @property
     def launch_view(self) -> LaunchView:
-        if "launch" not in self._views:
-            self._views["launch"] = LaunchView(plan_runner=self.plan_runner, plan_delay=self.plan_delay, stop_grace=self.stop_grace, id="launch-view")
-        return self._views["launch"]  # type: ignore[no-any-return]
+        return cast("LaunchView", self._view("launch"))
 
     @property
     def monitor_view(self) -> MonitorView:
-        if "monitor" not in self._views:
-            from ._views.monitor import MonitorView
-
-            self._views["monitor"] = MonitorView(
-                poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self._resume_context()[0], id="monitor-view"
-            )
-        return self._views["monitor"]  # type: ignore[no-any-return]
+        return cast("MonitorView", self._view("monitor"))
 
     @property
     def checkpoints_view(self) -> CheckpointsView:
-        if "checkpoints" not in self._views:
-            from ._views.checkpoints import CheckpointsView
-
-            self._views["checkpoints"] = CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
-        return self._views["checkpoints"]  # type: ignore[no-any-return]
+        return cast("CheckpointsView", self._view("checkpoints"))
 
     @property
     def log_view(self) -> LogView:
-        if "logs" not in self._views:
-            from ._views.logs import LogView
-
-            self._views["logs"] = LogView(id="log-view")
-        return self._views["logs"]  # type: ignore[no-any-return]
+        return cast("LogView", self._view("logs"))
 
     @property
     def hardware_view(self) -> HardwareView:
-        if "hardware" not in self._views:
-            from ._views.hardware import HardwareView
-
-            self._views["hardware"] = HardwareView(self.hardware, interval=self.hardware_interval, id="hardware-view")
-        return self._views["hardware"]  # type: ignore[no-any-return]
-
-    def _view(self, name: str) -> Any:
-        return getattr(self, {"logs": "log_view"}.get(name, f"{name}_view"))
+        return cast("HardwareView", self._view("hardware"))
 
     def compose(self) -> ComposeResult:
         initial = "monitor" if self.run_dir else "launch"
