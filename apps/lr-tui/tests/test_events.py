@@ -128,3 +128,16 @@ def test_the_log_filter_keeps_words_ranks_and_event_lines():
     only_events = [n for n, line in enumerate(lines, 1) if LogFilter.parse("events").matches(line, n in event_lines)]
     assert only_events == sorted(event_lines)
     assert LogFilter.parse("rank:x").problem == "rank:x: expected rank:N or rank:N,M"
+
+
+def test_an_async_save_is_saving_first_then_saved():
+    """The two lines lr-engine prints for a `--checkpoint_async=true` save (see
+    `lr_engine._checkpointing.save` and `finish_pending`), as rank 0's torchrun prefix carries them."""
+    events = parse_lines([
+        "[rank0]:checkpoint saving in the background: /runs/a/checkpoints/000004",
+        "[rank0]:checkpoint saved: /runs/a/checkpoints/000004",
+    ])
+    assert [(e.kind, e.rank, e.title) for e in events] == [
+        ("checkpoint_saving", 0, "checkpoint saving in the background: 000004"),
+        ("checkpoint_saved", 0, "checkpoint saved: 000004"),
+    ]

@@ -11,7 +11,8 @@ What it knows, each checked against output captured from real runs (tests/data/)
   root cause of torchrun's ChildFailedError summary;
 - out of memory: CUDA's "CUDA out of memory", the host's (torch's CPU allocator, Python's
   MemoryError, a shell's "Killed", a rank ended by SIGKILL);
-- lr-engine's own lines: "checkpoint saved: <path>", a save that failed (a traceback through
+- lr-engine's own lines: "checkpoint saving in the background: <path>" (an async save
+  started), "checkpoint saved: <path>", a save that failed (a traceback through
   lr_checkpoint's save), "stopped at step N on request", "warning: resuming ... with changed
   settings: ...", the accelerate environment guard, and any other "lr-engine: error:";
 - any other Python exception ending a traceback.
@@ -196,6 +197,14 @@ _RULES: tuple[_Rule, ...] = (
         ),
     ),
     _Rule("config_error", "error", re.compile(r"^lr-[a-z]+: error: (.*)"), lambda m: (m.group(1), "fix the flag or file it names, then launch again")),
+    _Rule(
+        "checkpoint_saving", "info",
+        re.compile(r"^checkpoint saving in the background: (\S+)"),
+        lambda m: (
+            f"checkpoint saving in the background: {m.group(1).rstrip('/').rsplit('/', 1)[-1]}",
+            "training goes on; `checkpoint saved` follows once it is committed (last moves only then)",
+        ),
+    ),
     _Rule(
         "checkpoint_saved", "info",
         re.compile(r"^checkpoint saved: (\S+)"),
