@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tui_support import FixedHardware, app_ready, sample_planner, wait_until, write_run_status
+from tui_support import FixedHardware, app_ready, sample_planner, tables_settled, wait_until, write_run_status
 
 from lr_tui._app import LrApp
 
@@ -60,6 +60,7 @@ def test_monitor_view(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await app_ready(pilot)
         await wait_until(pilot, lambda: len(pilot.app.monitor_view.records) == 40, what="the sample metrics")
+        await wait_until(pilot, lambda: tables_settled(pilot.app), what="the tables' column widths")
         await pilot.pause()
 
     assert snap_compare(sample_app(), terminal_size=(100, 30), run_before=run_before)
@@ -70,6 +71,7 @@ def test_checkpoints_view(snap_compare):
         await app_ready(pilot)
         await pilot.press("3")
         await pilot.pause()
+        await wait_until(pilot, lambda: tables_settled(pilot.app), what="the tables' column widths")
 
     assert snap_compare(sample_app(), terminal_size=(100, 30), run_before=run_before)
 
@@ -108,6 +110,7 @@ def test_hardware_view(snap_compare):
         await app_ready(pilot)
         await pilot.press("5")
         await wait_until(pilot, lambda: pilot.app.hardware_view.samples >= 1, what="a sample")
+        await wait_until(pilot, lambda: tables_settled(pilot.app), what="the tables' column widths")
         await pilot.pause()
 
     app = LrApp(plan_runner=None, hardware=FixedHardware(), hardware_interval=0.05)

@@ -198,6 +198,15 @@ async def sample_planner(argv: list[str]) -> tuple[int, str]:
     return 0, SAMPLE_PLAN
 
 
+def tables_settled(app) -> bool:  # type: ignore[no-untyped-def]
+    """Every DataTable has applied its new rows and cells to its column widths. Textual does
+    that when the app is idle; a snapshot taken before (a loaded machine) shows the columns
+    as wide as their headers."""
+    from textual.widgets import DataTable
+
+    return all(not table._require_update_dimensions and not table._updated_cells for table in app.screen.query(DataTable))
+
+
 async def app_ready(pilot) -> None:  # type: ignore[no-untyped-def]
     """Wait until every view is mounted (the hidden ones mount lazily, after the first frame)."""
     app = pilot.app
