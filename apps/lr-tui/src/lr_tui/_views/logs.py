@@ -65,13 +65,15 @@ class LogView(Vertical):
     def show_run(self, run_dir: Path) -> None:
         """Start over for `run_dir` (its lines arrive through `add`)."""
         self.run_dir, self.path, self.events, self._pending = Path(run_dir), None, [], []
-        if self._ready:
+        if self._ready and self.query("#log-lines"):
             self.lines.clear()
             self._show_events()
             self._title()
 
     def add(self, read: LogRead) -> None:
-        if not self._ready:
+        # Kept for later until the lines widget is there: before this view's first mount (it
+        # is built after the app's first frame) and while the app is tearing it down.
+        if not self._ready or not self.query("#log-lines"):
             self._pending.append(read)
             return
         if read.restarted:
