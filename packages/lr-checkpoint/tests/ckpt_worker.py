@@ -126,8 +126,28 @@ def crash_in_second_save(work: Path, mesh: object, rank: int) -> None:
     lc.save_checkpoint(work / "crash" / "checkpoints", 2, request(model, optimizer, 2, "dcp"))
 
 
+def column_sharded_dcp(work: Path, mesh: object) -> None:
+    """DCP shards lr never writes (tensor-parallel style: a weight split along dim 1, a
+    bf16 weight split along dim 0 into uneven rows, a replicated int buffer), for the
+    converter's DCP fallback. The full values are saved beside them for the test."""
+    from torch.distributed.checkpoint.state_dict_saver import save
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    full = {
+        "cols.weight": torch.arange(5 * 6, dtype=torch.float32).reshape(5, 6) / 7,
+        "rows.weight": (torch.arange(3 * 4, dtype=torch.float32).reshape(3, 4) / 3).to(torch.bfloat16),
+        "steps": torch.arange(4, dtype=torch.int64),
+    }
+    placements = {"cols.weight": Shard(1), "rows.weight": Shard(0), "steps": Replicate()}
+    state = {key: distribute_tensor(value, mesh, [placements[key]]) for key, value in full.items()}
+    save(state, checkpoint_id=str(work / "foreign" / "000001" / "pretrained_model" / "pytorch_model_fsdp_0"))
+    if dist.get_rank() == 0:
+        torch.save(full, work / "foreign_full.pt")
+
+
 def scenario_fsdp2(work: Path, rank: int, world: int) -> None:
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_shard",))
+    column_sharded_dcp(work, mesh)
     model, optimizer = save_formats(work, mesh, rank)
     load_formats(work, mesh, model, optimizer, rank)
     ddp_round_trips(work, mesh, rank)

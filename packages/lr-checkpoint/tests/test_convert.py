@@ -121,3 +121,64 @@ def test_dcp_only_checkpoint_points_to_convert(ckpt_runs: Path, copy_step) -> No
         lc.model_weights_file(root / "pretrained_model")
     lc.convert_checkpoint(root)
     assert lc.model_weights_file(root.parent / "last") == root.resolve() / "pretrained_model" / "model.safetensors"
+
+
+NO_TORCH = """
+import sys
+from lr_checkpoint.cli import main
+code = main(["convert", "--checkpoint_dir=" + sys.argv[1], "--dtype=" + sys.argv[2]])
+print("torch imported:", sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))[:3])
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_convert_never_imports_torch(ckpt_runs: Path, copy_step, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    """The converter copies (and casts) shard bytes without torch: no 3 s, 600 MB import."""
+    from _support.procs import subprocess_env
+
+    root = copy_step("fsdp_dcp")
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(root), dtype], env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "torch imported: []" in done.stdout, done.stdout
+    expected = gathered(ckpt_runs) if dtype == "fp32" else {k: v.to(torch.bfloat16) for k, v in gathered(ckpt_runs).items()}
+    assert_same(load_file(str(root / "pretrained_model" / "model.safetensors")), expected)
+
+
+@pytest.mark.parametrize(("direct", "buffer_bytes"), [(False, 4096), (True, 1000), (True, 3 << 20)])
+def test_every_io_mode_and_buffer_size_writes_the_same_file(copy_step, tmp_path: Path, direct: bool, buffer_bytes: int) -> None:  # type: ignore[no-untyped-def]
+    """Buffered I/O (where O_DIRECT is refused) and buffers smaller than a tensor (pieces split
+    inside tensors, unaligned windows) write the file the default conversion writes."""
+    from lr_checkpoint._convert import _specs
+    from lr_checkpoint._dcp_meta import read_whole_dcp_metadata
+    from lr_checkpoint._dcp_stream import dcp_safetensors_body
+    from lr_checkpoint._st_file import write_safetensors_body
+
+    root = copy_step("fsdp_dcp")
+    written = lc.convert_checkpoint(root, dtype="fp16")
+    meta = read_whole_dcp_metadata(root / "pretrained_model" / "pytorch_model_fsdp_0")
+    specs = _specs(meta, "fp16")
+    other = tmp_path / "other.safetensors"
+    body = dcp_safetensors_body(meta, specs, direct=direct, buffer_bytes=buffer_bytes)
+    write_safetensors_body(other, specs, body, {"format": "pt"}, direct=direct)
+    assert other.read_bytes() == written.read_bytes()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_a_layout_lr_never_writes_still_converts(ckpt_runs: Path, tmp_path: Path, dtype: str) -> None:
+    """DCP shards from elsewhere: a weight split along dim 1 (read through DCP's loader), a bf16
+    weight in uneven row blocks and a replicated int buffer (byte copy, cast or not)."""
+    import shutil
+
+    from lr_checkpoint._convert import _specs
+    from lr_checkpoint._dcp_meta import read_whole_dcp_metadata
+    from lr_checkpoint._dcp_stream import _plan, _Whole
+
+    root = tmp_path / "000001"
+    shutil.copytree(ckpt_runs / "foreign" / "000001", root)
+    meta = read_whole_dcp_metadata(root / "pretrained_model" / "pytorch_model_fsdp_0")
+    assert [p.key for p in _plan(meta, _specs(meta, dtype)) if isinstance(p, _Whole)] == ["cols.weight"]
+    full = torch.load(ckpt_runs / "foreign_full.pt")
+    target = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    written = lc.convert_checkpoint(root, dtype=dtype)
+    assert_same(load_file(str(written)), {k: v.to(target) if v.is_floating_point() else v for k, v in full.items()})

@@ -161,7 +161,7 @@ def test_the_direct_reader_never_runs_a_hostile_item_pickle(tmp_path: Path) -> N
     import io
     import pickle
 
-    from lr_checkpoint._dcp_direct import _locate
+    from lr_checkpoint._torch_save import locate
 
     genuine = io.BytesIO()
     torch.save(torch.zeros(4), genuine)
@@ -181,10 +181,10 @@ def test_the_direct_reader_never_runs_a_hostile_item_pickle(tmp_path: Path) -> N
         return path
 
     with open(item(tensor_pickle), "rb", buffering=0) as f:
-        found = _locate(f, 5, os.path.getsize(f.name) - 5)  # control: the same archive with a tensor's data.pkl
-    assert found is not None and found.dtype == torch.float32 and found.shape == (4,)
+        found = locate(f.fileno(), 5, os.path.getsize(f.name) - 5)  # control: the same archive with a tensor's data.pkl
+    assert found is not None and found.dtype == "float32" and found.shape == (4,)
     with open(item(payload), "rb", buffering=0) as f:
-        assert _locate(f, 5, os.path.getsize(f.name) - 5) is None
+        assert locate(f.fileno(), 5, os.path.getsize(f.name) - 5) is None
     assert not marker.exists()
     pickle.loads(payload)  # control: the payload is live
     assert marker.exists()

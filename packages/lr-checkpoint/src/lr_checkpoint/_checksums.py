@@ -30,13 +30,16 @@ import zlib
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-import torch.distributed as dist
 from lr_config import Checksums, ConfigError, FileDigest, load_checksums, save_checksums
 
 from ._dist import broadcast_value, gather_values, is_main, rank, run_on_main, world_size
 from ._errors import CheckpointError
 from ._sha import crc32_hex
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 __all__ = ["CHECKSUMS", "ChecksumCheck", "checksum_problems", "update_checksums", "write_checksums"]
 

@@ -1,9 +1,10 @@
 """Offline conversion: DCP model shards -> `pretrained_model/model.safetensors`.
 
-One process, no process group, no GPU. Streaming: the safetensors header is built from
-the DCP metadata alone, then tensors are loaded one at a time and appended, so memory
-holds about one tensor beyond the torch baseline. The file is written under a temporary
-name, checked with `safe_open`, then renamed. Nothing existing is touched unless asked:
+One process, no process group, no GPU, and no torch: the safetensors header is built from
+the DCP metadata alone, then the shards' tensor bytes are copied (and cast) through three
+reused buffers (`_dcp_stream`, with direct I/O where the filesystem takes it), so memory
+holds a few buffers. The file is written under a temporary name, checked with `safe_open`,
+then renamed. Nothing existing is touched unless asked:
 an existing model.safetensors needs `overwrite`, and the shards are deleted
 (`delete_dcp`) only after every tensor of the new file compared equal to them. The
 step folder's checksums.json follows: the new file is added, deleted shards dropped.
@@ -12,45 +13,41 @@ step folder's checksums.json follows: the new file is added, deleted shards drop
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import torch
-from safetensors import safe_open
-
+from ._cast import FLOATING
 from ._checksums import update_checksums
-from ._dcp_meta import DcpMetadata, read_whole_dcp_metadata
-from ._dcp_read import iter_dcp_tensors
 from ._convert_check import EXPORT_DTYPES, check_convert_request
+from ._dcp_meta import DcpMetadata, read_whole_dcp_metadata
+from ._dcp_stream import dcp_safetensors_body
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
+from ._st_file import write_safetensors_body
 from ._st_format import TensorSpec
-from ._st_writer import write_safetensors
 
 __all__ = ["convert_checkpoint"]
-
-_FLOATING = {"float64", "float32", "float16", "bfloat16"}
 
 
 def _target_dtype(saved: str, dtype: str) -> str:
     """Floating tensors take the export dtype; integer and bool buffers keep theirs."""
-    return EXPORT_DTYPES[dtype] if saved in _FLOATING else saved
+    return EXPORT_DTYPES[dtype] if saved in FLOATING else saved
 
 
 def _specs(meta: DcpMetadata, dtype: str) -> list[TensorSpec]:
     return [TensorSpec(name=key, dtype=_target_dtype(meta.tensors[key].dtype, dtype), shape=meta.tensors[key].shape) for key in sorted(meta.tensors)]
 
 
-def _cast(tensors: Iterator[tuple[str, torch.Tensor]], specs: list[TensorSpec]) -> Iterator[tuple[str, torch.Tensor]]:
-    for (key, tensor), spec in zip(tensors, specs):
-        yield key, tensor.to(getattr(torch, spec.dtype))
-
-
 def _check_equal(path: Path, meta: DcpMetadata, specs: list[TensorSpec]) -> None:
-    keys = [s.name for s in specs]
+    """Before shards are deleted: every tensor of the new file against the shards as DCP
+    itself loads them (torch; a second reader, not the one that wrote the file)."""
+    import torch
+    from safetensors import safe_open
+
+    from ._dcp_read import iter_dcp_tensors
+
     with safe_open(str(path), framework="pt") as f:
-        for key, tensor in _cast(iter_dcp_tensors(meta, keys), specs):
-            if not torch.equal(f.get_tensor(key), tensor):
+        for (key, tensor), spec in zip(iter_dcp_tensors(meta, [s.name for s in specs]), specs):
+            if not torch.equal(f.get_tensor(key), tensor.to(getattr(torch, spec.dtype))):
                 raise CheckpointError(f"{path}: tensor {key!r} differs from the DCP shards after writing; the shards were kept")
 
 
@@ -64,7 +61,7 @@ def convert_checkpoint(checkpoint_dir: Path, *, dtype: str = "fp32", overwrite: 
     check_convert_request(files, dtype, overwrite, delete_dcp)
     meta = read_whole_dcp_metadata(files.model_dcp)
     specs = _specs(meta, dtype)
-    digest = write_safetensors(files.model, specs, _cast(iter_dcp_tensors(meta, [s.name for s in specs]), specs), {"format": "pt"})
+    digest = write_safetensors_body(files.model, specs, dcp_safetensors_body(meta, specs), {"format": "pt"}, direct=True)
     if delete_dcp:
         _check_equal(files.model, meta, specs)
     update_checksums(files.root, written={files.model: digest}, removed_folder=files.model_dcp if delete_dcp else None)

@@ -5,7 +5,8 @@ code (ours or DCP's) reads a `.metadata`, this module parses it with an unpickle
 only resolves the handful of DCP and torch names such a file legitimately holds, each
 mapped to an inert stand-in. Anything else (a foreign global, a broken stream) makes it
 "not a DCP metadata file". The result is plain data: every entry's dtype and global
-shape, and the byte range in the shard file that holds each chunk.
+shape, its chunks (offsets and sizes), and the byte range in the shard file that holds each
+chunk.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from ._errors import CheckpointError
 from ._st_format import DTYPE_CODES, ITEM_SIZES
 
-__all__ = ["DcpMetadata", "DcpStorage", "DcpTensor", "read_dcp_metadata", "read_whole_dcp_metadata", "shard_problems"]
+__all__ = ["DcpChunk", "DcpMetadata", "DcpStorage", "DcpTensor", "read_dcp_metadata", "read_whole_dcp_metadata", "shard_problems"]
 
 METADATA_FILE = ".metadata"
 
@@ -110,11 +111,20 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 @dataclass(frozen=True)
+class DcpChunk:
+    """One saved piece of a tensor: where it starts in the whole tensor, and its size."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class DcpTensor:
-    """One tensor entry: torch dtype name and global shape."""
+    """One tensor entry: torch dtype name, global shape and the chunks it was saved as."""
 
     dtype: str
     shape: tuple[int, ...]
+    chunks: tuple[DcpChunk, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -123,12 +133,15 @@ class DcpTensor:
 
 @dataclass(frozen=True)
 class DcpStorage:
-    """Where one saved chunk lives: shard file (relative), byte offset and length."""
+    """Where one saved chunk lives: shard file (relative), byte offset and length; the chunk's
+    offsets in its tensor; whether DCP transformed the bytes (compression, ...)."""
 
     key: str
     relative_path: str
     offset: int
     length: int
+    chunk_offsets: tuple[int, ...] = ()
+    transformed: bool = False
 
 
 @dataclass
@@ -164,17 +177,25 @@ def _entry(path: Path, key: str, value: Any) -> DcpTensor | None:
     size = getattr(value, "size", None)
     if kind != "TensorStorageMetadata" or not isinstance(dtype, _DType) or not isinstance(size, tuple):
         raise _not_dcp(path, f"entry {key!r} is not a tensor description")
-    return DcpTensor(dtype=dtype.name, shape=size)
+    chunks = []
+    for chunk in getattr(value, "chunks", None) or ():
+        offsets, sizes = getattr(chunk, "offsets", None), getattr(chunk, "sizes", None)
+        if not isinstance(offsets, tuple) or not isinstance(sizes, tuple) or len(offsets) != len(size) or len(sizes) != len(size):
+            raise _not_dcp(path, f"entry {key!r} has a chunk without offsets and sizes of its rank")
+        chunks.append(DcpChunk(offsets=offsets, sizes=sizes))
+    return DcpTensor(dtype=dtype.name, shape=size, chunks=tuple(chunks))
 
 
 def _storage(path: Path, index: Any, info: Any) -> DcpStorage:
     rel, offset, length = (getattr(info, a, None) for a in ("relative_path", "offset", "length"))
-    key = getattr(index, "fqn", None)
+    key, chunk_offsets = getattr(index, "fqn", None), getattr(index, "offset", None)
     if not isinstance(rel, str) or not isinstance(offset, int) or not isinstance(length, int) or not isinstance(key, str):
         raise _not_dcp(path, "storage entry without file, offset and length")
     if "/" in rel or "\\" in rel or rel.startswith("."):
         raise _not_dcp(path, f"storage entry points outside its folder ({rel!r})")
-    return DcpStorage(key=key, relative_path=rel, offset=offset, length=length)
+    transformed = bool(getattr(info, "transform_descriptors", None))
+    offsets = chunk_offsets if isinstance(chunk_offsets, tuple) else ()
+    return DcpStorage(key=key, relative_path=rel, offset=offset, length=length, chunk_offsets=offsets, transformed=transformed)
 
 
 def _unpickle(path: Path) -> Any:

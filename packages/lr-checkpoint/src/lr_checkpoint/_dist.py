@@ -1,7 +1,8 @@
 """Rank helpers that also work in one process without a process group.
 
 Rank and world size come from `torch.distributed` when a process group is initialized,
-else rank 0 of 1. The main rank is global rank 0. `run_on_main` runs a block on the main
+else rank 0 of 1. torch is not imported here: a process that never imported
+`torch.distributed` has no process group (so the offline converter runs without torch). The main rank is global rank 0. `run_on_main` runs a block on the main
 rank only and re-raises its failure on every rank, so a rank-0 error (a full disk, a
 bad callback) never leaves the other ranks waiting forever at the next collective.
 """
@@ -9,12 +10,14 @@ bad callback) never leaves the other ranks waiting forever at the next collectiv
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import torch.distributed as dist
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 from ._errors import CheckpointError
 
@@ -38,15 +41,16 @@ PAUSE_POINTS = ("before_shards", "between_shards", "before_rename", "before_last
 
 
 def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    module = sys.modules.get("torch.distributed")
+    return module is not None and bool(module.is_available() and module.is_initialized())
 
 
 def rank() -> int:
-    return dist.get_rank() if is_distributed() else 0
+    return sys.modules["torch.distributed"].get_rank() if is_distributed() else 0
 
 
 def world_size() -> int:
-    return dist.get_world_size() if is_distributed() else 1
+    return sys.modules["torch.distributed"].get_world_size() if is_distributed() else 1
 
 
 def is_main() -> bool:
@@ -55,6 +59,8 @@ def is_main() -> bool:
 
 def barrier() -> None:
     if is_distributed():
+        import torch.distributed as dist
+
         dist.barrier()
 
 
@@ -63,6 +69,8 @@ def broadcast_value(value: T, group: dist.ProcessGroup | None = None) -> T:
     every rank, for a thread other than the training's (the background commit)."""
     if not is_distributed():
         return value
+    import torch.distributed as dist
+
     box: list[object] = [value]
     dist.broadcast_object_list(box, src=0, group=group)
     return box[0]  # type: ignore[return-value]
@@ -72,6 +80,8 @@ def gather_values(value: T, group: dist.ProcessGroup | None = None) -> list[T] |
     """Every rank's `value`, in rank order, on the main rank; None elsewhere."""
     if not is_distributed():
         return [value]
+    import torch.distributed as dist
+
     out: list[object] | None = [None] * world_size() if is_main() else None
     dist.gather_object(value, out, dst=0, group=group)
     return out  # type: ignore[return-value]

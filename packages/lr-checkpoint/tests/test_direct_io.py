@@ -1,0 +1,45 @@
+"""The converter's file I/O, direct (O_DIRECT) and buffered: same bytes either way."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lr_checkpoint._direct_io import ALIGN, DirectReader, DirectWriter, aligned_buffer
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_reads_any_range_up_to_the_end_of_the_file(tmp_path: Path, direct: bool) -> None:
+    data = os.urandom(3 * ALIGN + 123)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    reader = DirectReader(direct)
+    try:
+        for start, n in [(0, 1), (1, ALIGN), (ALIGN - 1, 2), (5, len(data) - 5), (len(data) - 7, 7), (2 * ALIGN, ALIGN + 123)]:
+            buffer = aligned_buffer(reader.window(n))
+            assert bytes(reader.read(path, start, n, buffer)) == data[start : start + n]
+        with pytest.raises(OSError, match=r"f\.bin: ends at byte .* before the 10 bytes at"):
+            reader.read(path, len(data) - 5, 10, aligned_buffer(reader.window(10)))
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("total", [0, 1, ALIGN, 5 * ALIGN + 17])
+def test_writes_a_stream_of_odd_pieces_and_cuts_the_padding(tmp_path: Path, direct: bool, total: int) -> None:
+    data = os.urandom(total)
+    path = tmp_path / "out.bin"
+    path.touch()
+    writer = DirectWriter(path, staging_bytes=2 * ALIGN, direct=direct)
+    try:
+        position = 0
+        for size in [3, ALIGN + 1, 7, 3 * ALIGN, 1]:
+            writer.write(memoryview(data)[position : position + size])
+            position = min(total, position + size)
+        writer.write(data[position:])
+        assert writer.finish() == total
+    finally:
+        writer.close()
+    assert path.read_bytes() == data
