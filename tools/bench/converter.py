@@ -75,7 +75,8 @@ def measure(cmd: list[str]) -> dict[str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} failed ({proc.returncode}):\n{output[-4000:]}")
     timed = {f"{tag.lower()}_s": float(line.split()[1]) for line in output.splitlines() for tag in ("WORK", "SYNC") if line.startswith(tag + " ")}
-    return {"wall_s": wall, "rss_mb": usage.ru_maxrss * 1024 / 1e6, **timed}
+    torch = [float(line.split()[1]) for line in output.splitlines() if line.startswith("TORCH ")]
+    return {"wall_s": wall, "rss_mb": usage.ru_maxrss * 1024 / 1e6, **timed, **({"torch_imported": torch[0]} if torch else {})}
 
 
 # Each tool runs in a fresh process that imports what it needs, then times its call.
@@ -85,6 +86,7 @@ import lr_checkpoint.cli, lr_checkpoint._convert
 t = time.perf_counter()
 code = lr_checkpoint.cli.main(["convert", {step_dir!r}])
 print("WORK", time.perf_counter() - t)
+print("TORCH", int("torch" in sys.modules))
 sys.exit(code)
 """
 ACCELERATE_CODE = """\
@@ -140,11 +142,12 @@ def _section(res: dict[str, Any], repeats: int) -> str:
     own_base = {lr: "lr-checkpoint imports", acc: "accelerate imports"}
     torch_base = "torch + DCP import"
     rows = []
+    lr_torch = any(x.get("torch_imported", 1) for x in s[lr])
     for name in (lr, acc):
         above = med[name]["rss_mb"] - med[own_base[name]]["rss_mb"]
+        above_torch = f"{med[name]['rss_mb'] - med[torch_base]['rss_mb']:.0f}" if name == acc or lr_torch else "- (never imports torch)"
         rows.append([f"`{name}`", C.spread([x["wall_s"] for x in s[name]], "{:.2f}"), C.spread([x["work_s"] for x in s[name]], "{:.2f}"),
-                     C.spread([x["rss_mb"] for x in s[name]], "{:.0f}"), f"{above:.0f} ({above / model_mb:.2f} x model)",
-                     f"{med[name]['rss_mb'] - med[torch_base]['rss_mb']:.0f}"])
+                     C.spread([x["rss_mb"] for x in s[name]], "{:.0f}"), f"{above:.0f} ({above / model_mb:.2f} x model)", above_torch])
     for name, code in BASELINES.items():
         rows.append([f"baseline: `{code}`", C.spread([x["wall_s"] for x in s[name]], "{:.2f}"), "-",
                      C.spread([x["rss_mb"] for x in s[name]], "{:.0f}"), "-", "-"])
@@ -152,6 +155,7 @@ def _section(res: dict[str, Any], repeats: int) -> str:
     speed_work = [a["work_s"] / b["work_s"] for a, b in zip(s[acc], s[lr])]
     speed_durable = [(a["work_s"] + a["sync_s"]) / b["work_s"] for a, b in zip(s[acc], s[lr])]
     rss_above = (med[lr]["rss_mb"] - med[own_base[lr]]["rss_mb"]) / model_mb
+    rss_whole = {name: med[name]["rss_mb"] / model_mb for name in (lr, acc)}
     body = [
         f"DCP model shards of a {model_mb:.1f} MB fp32 model (written by 2 FSDP2 ranks), {repeats} interleaved repeats. "
         "Each tool runs in a fresh `python -c` process that imports it, then times its call: `lr_checkpoint.cli.main"
@@ -171,12 +175,15 @@ def _section(res: dict[str, Any], repeats: int) -> str:
              C.verdict(C.median(speed_total) >= SPEED_TARGET)],
             [f"lr peak RSS above its import baseline <= {RSS_TARGET} x model", f"{rss_above:.2f} x model",
              C.verdict(rss_above <= RSS_TARGET)],
+            [f"lr peak RSS of the whole process <= {RSS_TARGET} x model", f"{rss_whole[lr]:.2f} x model (accelerate: {rss_whole[acc]:.2f})",
+             C.verdict(rss_whole[lr] <= RSS_TARGET)],
         ]),
         "",
         f"Both outputs hold the same tensors, bit for bit: {res['equal']}. `lr-checkpoint convert` fsyncs its file "
         "before it returns; `merge_fsdp_weights` returns with its file possibly still in the page cache; the fsync "
         f"of accelerate's output, timed right after its call, took {C.spread([x['sync_s'] for x in s[acc]], '{:.2f}')} s. "
-        "Peak RSS above a baseline can undercount what a process held, since memory freed after the imports is reused.",
+        "Peak RSS above a baseline can undercount what a process held, since memory freed after the imports is reused. "
+        f"torch in `sys.modules` after lr's conversion: {'yes' if lr_torch else 'no'}.",
     ]
     return "\n".join(body)
 
