@@ -5,7 +5,8 @@ straight into their destination.
 
 `load_in_place` is resume's load (collective under a process group, plain in one
 process); `load_dcp_tensor` / `iter_dcp_tensors` read whole tensors (one, or a batch of
-consecutive ones) in one process with no process group, for the converter and verify. Callers must have passed
+consecutive ones) in one process with no process group, for verify and for the converter (the layouts its
+own byte copy does not take, and the check before `--delete_dcp`). Callers must have passed
 the folder through `read_whole_dcp_metadata` first: only then may DCP unpickle it.
 """
 
