@@ -41,7 +41,7 @@ from ._sha import crc32_hex
 if TYPE_CHECKING:
     import torch.distributed as dist
 
-__all__ = ["CHECKSUMS", "ChecksumCheck", "checksum_problems", "update_checksums", "write_checksums"]
+__all__ = ["CHECKSUMS", "ChecksumCheck", "checksum_problems", "read_checksums", "update_checksums", "write_checksums"]
 
 CHECKSUMS = "checksums.json"
 _THREADS = 4
@@ -127,11 +127,16 @@ def write_checksums(root: Path, known: dict[str, FileDigest] | None = None, grou
     run_on_main(write, f"writing {root / CHECKSUMS}", group)
 
 
-def update_checksums(root: Path, *, written: Mapping[Path, FileDigest] | Iterable[Path] = (), removed_folder: Path | None = None) -> None:
+def update_checksums(
+    root: Path,
+    sums: Checksums | None,
+    *,
+    written: Mapping[Path, FileDigest] | Iterable[Path] = (),
+    removed_folder: Path | None = None,
+) -> None:
     """One process: record the digests of `written` files (given, or hashed here) and drop the
-    entries under `removed_folder` in the step folder `root`'s checksums.json (no-op when it
-    has none)."""
-    sums = _load(root)
+    entries under `removed_folder` in the step folder `root`'s checksums.json, whose content
+    (`read_checksums`) is `sums`; no-op when it has none."""
     if sums is None:
         return
     files = dict(sums.files)
@@ -198,7 +203,8 @@ def _compare(root: Path, expected: dict[str, FileDigest], names: Iterable[str]) 
     return problems + _digest_problems(root, expected, _digests(root, todo))
 
 
-def _load(root: Path) -> Checksums | None:
+def read_checksums(root: Path) -> Checksums | None:
+    """The step folder `root`'s checksums.json (None when it has none), or CheckpointError."""
     path = root / CHECKSUMS
     if not path.exists():
         return None
@@ -212,7 +218,7 @@ def checksum_problems(root: Path, skip: Iterable[Path] = ()) -> list[str]:
     """The files of the step folder `root` that differ from checksums.json (one process).
     Files in `skip` (already reported as unreadable) are not compared again."""
     try:
-        sums = _load(root)
+        sums = read_checksums(root)
     except CheckpointError as exc:
         return exc.problems if len(exc.problems) > 1 else [str(exc)]
     if sums is None:
@@ -247,7 +253,7 @@ class ChecksumCheck:
         self._by_main: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
         try:
-            sums = _load(root)
+            sums = read_checksums(root)
         except CheckpointError as exc:
             self._failure = str(exc)
             return
