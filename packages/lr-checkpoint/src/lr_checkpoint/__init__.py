@@ -28,7 +28,9 @@ the user to convert a DCP-only checkpoint.
 
 `import lr_checkpoint` does not import torch: resolve_step_dir, model_weights_file,
 read_training_step, read_resume_state, inspect_checkpoint and the dataclasses stay light
-(for the TUI); the other names import torch on first use.
+(for the TUI), and so does convert_checkpoint (it copies shard bytes; only a layout lr never
+writes, or `delete_dcp`'s check, goes through DCP and torch); the other names import torch
+on first use.
 """
 
 from __future__ import annotations
