@@ -139,19 +139,21 @@ def test_cli_argv_are_lists_for_this_interpreter(tmp_path):
     ]
 
 
+# Each line is one os.write: both processes append to the same log at once, and print()
+# under PYTHONUNBUFFERED (which the launch sets) writes a line's text and its newline apart.
 GROUP_OF_TWO = """
-import signal, subprocess, sys, time
+import os, signal, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
 def note(sig, frame):
-    print(f"launcher got {signal.Signals(sig).name}", flush=True)  # one write: the child shares the log
+    os.write(1, f"launcher got {signal.Signals(sig).name}\\n".encode())
 signal.signal(signal.SIGINT, note)
-print("started", flush=True)
+os.write(1, b"started\\n")
 time.sleep(60)
 """
 CHILD = """
-import signal, sys, time
-signal.signal(signal.SIGINT, lambda s, f: print("child got SIGINT", flush=True))
-print("child ready", flush=True)
+import os, signal, sys, time
+signal.signal(signal.SIGINT, lambda s, f: os.write(1, b"child got SIGINT\\n"))
+os.write(1, b"child ready\\n")
 time.sleep(60)
 """
 
