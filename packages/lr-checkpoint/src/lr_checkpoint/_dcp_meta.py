@@ -12,14 +12,13 @@ chunk.
 from __future__ import annotations
 
 import io
-import math
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._errors import CheckpointError
-from ._st_format import DTYPE_CODES, ITEM_SIZES
+from ._st_format import DTYPE_CODES, byte_size
 
 __all__ = ["DcpChunk", "DcpMetadata", "DcpStorage", "DcpTensor", "read_dcp_metadata", "read_whole_dcp_metadata", "shard_problems"]
 
@@ -128,7 +127,7 @@ class DcpTensor:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * ITEM_SIZES[DTYPE_CODES[self.dtype]]
+        return byte_size(self.dtype, self.shape)
 
 
 @dataclass(frozen=True)

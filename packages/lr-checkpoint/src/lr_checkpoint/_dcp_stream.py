@@ -28,7 +28,7 @@ from pathlib import Path
 from ._cast import FLOATING, cast_into
 from ._dcp_meta import DcpChunk, DcpMetadata, DcpStorage
 from ._direct_io import DirectReader, aligned_buffer
-from ._st_format import DTYPE_CODES, ITEM_SIZES, TensorSpec
+from ._st_format import TensorSpec, itemsize
 from ._torch_save import locate
 
 __all__ = ["dcp_safetensors_body"]
@@ -47,7 +47,7 @@ class _Range:
     target: str
 
     def nbytes(self, dtype: str) -> int:
-        return self.count * _itemsize(dtype)
+        return self.count * itemsize(dtype)
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,6 @@ class _Whole:
 
 
 _Part = _Range | _Whole
-
-
-def _itemsize(dtype: str) -> int:
-    return ITEM_SIZES[DTYPE_CODES[dtype]]
 
 
 def _row_blocks(meta: DcpMetadata, key: str, stored: list[DcpStorage]) -> list[tuple[DcpStorage, DcpChunk]] | None:
@@ -132,10 +128,10 @@ def _pieces(part: _Part, limit: int) -> Iterator[_Part]:
     if isinstance(part, _Whole):
         yield part
         return
-    per = max(1, limit // max(_itemsize(part.source), _itemsize(part.target)))
+    per = max(1, limit // max(itemsize(part.source), itemsize(part.target)))
     for first in range(0, part.count, per):
         count = min(per, part.count - first)
-        yield _Range(part.path, part.start + first * _itemsize(part.source), count, part.source, part.target)
+        yield _Range(part.path, part.start + first * itemsize(part.source), count, part.source, part.target)
 
 
 class _Reader:

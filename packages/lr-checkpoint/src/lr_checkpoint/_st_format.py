@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ._errors import CheckpointError
 
-__all__ = ["Entry", "Header", "TensorSpec", "build_header", "read_header", "DTYPE_CODES", "ITEM_SIZES"]
+__all__ = ["Entry", "Header", "TensorSpec", "build_header", "byte_size", "itemsize", "read_header", "DTYPE_CODES", "ITEM_SIZES"]
 
 # torch dtype name -> safetensors code
 DTYPE_CODES: dict[str, str] = {
@@ -48,6 +48,16 @@ ITEM_SIZES: dict[str, int] = {
 _MAX_HEADER = 100 * 1024 * 1024
 
 
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a torch dtype name (`float32` -> 4)."""
+    return ITEM_SIZES[DTYPE_CODES[dtype]]
+
+
+def byte_size(dtype: str, shape: Sequence[int]) -> int:
+    """Bytes of a contiguous tensor of this torch dtype name and shape."""
+    return math.prod(shape) * itemsize(dtype)
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """Name, torch dtype name and shape of one tensor to be written."""
@@ -58,7 +68,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * ITEM_SIZES[DTYPE_CODES[self.dtype]]
+        return byte_size(self.dtype, self.shape)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
-from ._st_format import DTYPE_CODES, ITEM_SIZES
+from ._st_format import byte_size, itemsize
 
 __all__ = ["Stored", "locate"]
 
@@ -55,7 +55,7 @@ class Stored:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * ITEM_SIZES[DTYPE_CODES[self.dtype]]
+        return byte_size(self.dtype, self.shape)
 
 
 class _Slice(io.RawIOBase):
@@ -167,14 +167,14 @@ def locate(fd: int, start: int, length: int) -> Stored | None:
             if not isinstance(kind, _Storage) or meta.stride != _contiguous_strides(meta.shape):
                 return None
             record = records.get(f"data/{key}")
-            itemsize = ITEM_SIZES[DTYPE_CODES[kind.dtype]]
-            if record is None or (meta.offset + math.prod(meta.shape)) * itemsize > record.file_size:
+            size = itemsize(kind.dtype)
+            if record is None or (meta.offset + math.prod(meta.shape)) * size > record.file_size:
                 return None
             begin = _data_start(fd, start, record)
         if begin is None:
             return None
-        begin += meta.offset * itemsize
-        if begin + math.prod(meta.shape) * itemsize > length:
+        begin += meta.offset * size
+        if begin + math.prod(meta.shape) * size > length:
             return None
         return Stored(start=start + begin, dtype=kind.dtype, shape=meta.shape)
     except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, OSError, struct.error):
