@@ -2,9 +2,10 @@
 
 Rank and world size come from `torch.distributed` when a process group is initialized,
 else rank 0 of 1. torch is not imported here: a process that never imported
-`torch.distributed` has no process group (so the offline converter runs without torch). The main rank is global rank 0. `run_on_main` runs a block on the main
-rank only and re-raises its failure on every rank, so a rank-0 error (a full disk, a
-bad callback) never leaves the other ranks waiting forever at the next collective.
+`torch.distributed` has no process group (so the offline converter runs without torch).
+The main rank is global rank 0. `run_on_main` runs a block on the main rank only and
+re-raises its failure on every rank, so a rank-0 error (a full disk, a bad callback) never
+leaves the other ranks waiting forever at the next collective.
 """
 
 from __future__ import annotations
