@@ -60,6 +60,9 @@ def test_monitor_view(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await app_ready(pilot)
         await wait_until(pilot, lambda: len(pilot.app.monitor_view.records) == 40, what="the sample metrics")
+        # The poll (every 50 ms here) stops, so no update lands between the settled tables and the snapshot.
+        pilot.app.workers.cancel_group(pilot.app.monitor_view, "tail")
+        await wait_until(pilot, lambda: all(w.is_finished for w in pilot.app.workers if w.group == "tail"), what="the poll to stop")
         await wait_until(pilot, lambda: tables_settled(pilot.app), what="the tables' column widths")
         await pilot.pause()
 

@@ -119,6 +119,7 @@ class MonitorView(Vertical):
         self.events: list[Event] = []
         self.summary: RunSummary | None = None
         self.polls = 0
+        self._latest_rows: list[tuple[str, str]] = []  # what the "latest" table shows
 
     @property
     def process(self) -> subprocess.Popen[bytes] | None:
@@ -275,15 +276,21 @@ class MonitorView(Vertical):
         return status
 
     def _fill_table(self) -> None:
+        """The latest record's values; the table is rebuilt only when they changed (a poll that
+        found only a new process state keeps it, so its columns do not shrink to their headers
+        until the next idle)."""
+        rows: list[tuple[str, str]] = []
+        if self.records:
+            last = self.records[-1]
+            rows = [(name, format_value(getattr(last, name))) for name in TABLE_FIELDS]
+            rows += [(name, format_value(value)) for name, value in sorted(last.info.items())]
+        if rows == self._latest_rows:
+            return
+        self._latest_rows = rows
         table = self.query_one("#latest", DataTable)
         table.clear()
-        if not self.records:
-            return
-        last = self.records[-1]
-        for name in TABLE_FIELDS:
-            table.add_row(name, format_value(getattr(last, name)))
-        for name, value in sorted(last.info.items()):
-            table.add_row(name, format_value(value))
+        for row in rows:
+            table.add_row(*row)
 
     def _show_failure(self, log: tuple[Path, str] | None) -> None:
         panel = self.query_one("#failure-log", TextPanel)
