@@ -4,7 +4,7 @@ FSDP2 and HSDP shard every tensor along dim 0, so a tensor of lr's DCP folders i
 row blocks; laid end to end in row order, the blocks' bytes are the whole tensor's bytes,
 which is what safetensors stores. So the converter does not rebuild tensors: it copies byte
 ranges of the shard files (each block's bytes inside its `torch.save` record, found by
-`_dcp_direct.locate`) into reused buffers, casting them on the way when the export dtype
+`_torch_save.locate`) into reused buffers, casting them on the way when the export dtype
 differs, and hands those buffers to the writer. A read runs in a worker thread one buffer
 ahead of the writer, so reading the shards (from the disk, for a checkpoint written earlier)
 overlaps writing and hashing the output.
