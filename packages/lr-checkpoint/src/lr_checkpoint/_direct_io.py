@@ -15,7 +15,9 @@ on the machine.
 the requested range with whole aligned blocks (the caller gets a view of the part it asked
 for); the writer collects the stream in an aligned staging buffer, writes whole blocks,
 pads the last one and truncates the file to its true size. Where `O_DIRECT` does not exist
-or the filesystem refuses it at open, the same calls use plain buffered I/O.
+or the filesystem refuses it at open, the same calls use plain buffered I/O; the writer then
+starts the writeback as it goes (`_writeback`), as the savers' writes do (they use it
+buffered, so that a load after a save finds the files in the page cache).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import errno
 import mmap
 import os
 from pathlib import Path
+
+from ._writeback import Writeback
 
 __all__ = ["ALIGN", "DirectReader", "DirectWriter", "aligned_buffer", "round_up"]
 
@@ -93,6 +97,7 @@ class DirectWriter:
         self._stage = aligned_buffer(staging_bytes) if self.direct else memoryview(b"")
         self._fill = 0
         self._position = 0
+        self._writeback = Writeback(self._fd)  # buffered: the disk starts on the bytes before the fsync
 
     def _flush(self, nbytes: int) -> None:
         view = self._stage[:nbytes]
@@ -107,6 +112,7 @@ class DirectWriter:
             while done < len(view):
                 done += os.pwrite(self._fd, view[done:], self._position + done)
             self._position += len(view)
+            self._writeback.wrote(self._position)
             return
         done = 0
         while done < len(view):

@@ -45,13 +45,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import async_save, save as dcp_save
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from lr_config import FileDigest, save_json, save_training_step, to_dict
 
 from ._checksums import write_checksums
+from ._dcp_write import WritebackFileSystemWriter
 from ._dist import broadcast_value, gather_values, pause_point, run_on_main
 from ._errors import CheckpointError
 from ._layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
@@ -172,7 +172,7 @@ def _write_dcp(save: _Save, state: dict[str, Any], folder: Path) -> None:
     """Write DCP shards now, or (a background save) hand them to the save's thread."""
     if not save.background:
         try:
-            dcp_save(state, storage_writer=FileSystemWriter(folder))
+            dcp_save(state, storage_writer=WritebackFileSystemWriter(folder))
         except CheckpointException as exc:  # collective: every rank raises the same
             raise CheckpointError(
                 f"writing the DCP shards of {folder} failed ({describe_failure(exc)}); nothing of this save was "
@@ -190,7 +190,7 @@ def _start_background_writes(save: _Save) -> None:
     for state, folder in save.jobs:
         stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=False))
         save.stagers.append(stager)
-        response = async_save(state, storage_writer=FileSystemWriter(folder), process_group=_background_groups[folder.name], async_stager=stager)
+        response = async_save(state, storage_writer=WritebackFileSystemWriter(folder), process_group=_background_groups[folder.name], async_stager=stager)
         save.uploads.append(getattr(response, "upload_completion", response))
         save.staged.append(getattr(response, "staging_completion", None))
     save.jobs.clear()  # the thread keeps no reference to the live state
