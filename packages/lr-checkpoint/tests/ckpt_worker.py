@@ -42,6 +42,60 @@ def save_formats(work: Path, mesh: object, rank: int) -> tuple[torch.nn.Module, 
     return model, optimizer
 
 
+def gathered_files_are_torchs_full_state(work: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int) -> None:
+    """The gathered files, written tensor by tensor while the next one is gathered, hold exactly
+    what torch's full state dict gathers: the same names, dtypes and bits."""
+    from lr_checkpoint._state import full_model_state, full_optimizer_state, split_optimizer_state
+    from safetensors.torch import load_file
+
+    full_model = full_model_state(model)
+    full_optimizer = full_optimizer_state(model, optimizer)
+    if rank != 0:
+        return
+    expected_optimizer, _ = split_optimizer_state(full_optimizer)
+    for fmt in ("safetensors", "safetensors_dcp"):
+        step = work / f"fsdp_{fmt}" / "checkpoints" / "000003"
+        files = [(step / "pretrained_model" / "model.safetensors", full_model)]
+        if fmt == "safetensors":
+            files.append((step / "training_state" / "optimizer_state.safetensors", expected_optimizer))
+        for path, expected in files:
+            got = load_file(str(path))
+            assert sorted(got) == sorted(expected), (path, sorted(set(got) ^ set(expected)))
+            for key, value in expected.items():
+                assert got[key].dtype == value.dtype and torch.equal(got[key], value), (path, key)
+
+
+def failed_gathered_write_fails_alike(work: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int) -> None:
+    """A write that fails on the main rank halfway through the gathered model.safetensors (a file
+    size limit there): every rank raises a CheckpointError naming the file and the cause, no
+    collective is left waiting (the next save works), and nothing half-written is left."""
+    import resource
+
+    checkpoints = work / "gathered_full" / "checkpoints"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if rank == 0:
+        model_bytes = (work / "fsdp_safetensors" / "checkpoints" / "000003" / "pretrained_model" / "model.safetensors").stat().st_size
+        resource.setrlimit(resource.RLIMIT_FSIZE, (model_bytes // 2, limit[1]))
+    try:
+        lc.save_checkpoint(checkpoints, 4, request(model, optimizer, 4, "safetensors"))
+    except lc.CheckpointError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError(f"rank {rank}: a save past the file size limit succeeded")
+    finally:
+        if rank == 0:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert "model.safetensors" in message and "File too large" in message, message
+    dist.barrier()
+    if rank == 0:
+        assert not (checkpoints / "last").exists() and not (checkpoints / "000004").exists()
+        leftovers = [p.name for p in checkpoints.rglob("*") if p.name.endswith(".tmp") or p.name == "model.safetensors"]
+        assert leftovers == [], leftovers
+    lc.save_checkpoint(checkpoints, 4, request(model, optimizer, 4, "safetensors"))
+    if rank == 0:
+        assert lc.verify_checkpoint(checkpoints / "last") == []
+
+
 def load_formats(work: Path, mesh: object, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int) -> None:
     for fmt in FORMATS:
         fresh = fsdp(1, mesh)
@@ -149,6 +203,8 @@ def scenario_fsdp2(work: Path, rank: int, world: int) -> None:
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_shard",))
     column_sharded_dcp(work, mesh)
     model, optimizer = save_formats(work, mesh, rank)
+    gathered_files_are_torchs_full_state(work, model, optimizer, rank)
+    failed_gathered_write_fails_alike(work, model, optimizer, rank)
     load_formats(work, mesh, model, optimizer, rank)
     ddp_round_trips(work, mesh, rank)
     if (work / "single").exists():

@@ -5,8 +5,9 @@ In order:
 
 1. the main rank clears leftovers of interrupted saves and creates
    `checkpoints/.tmp-<step>-<token>/` (token broadcast, so every rank writes there);
-2. model data: DCP shards (every rank) and/or the gathered `model.safetensors`
-   (gathered on every rank, written by the main rank);
+2. model data: DCP shards (every rank) and/or the gathered `model.safetensors` (a
+   sharded model's tensors gathered one at a time on every rank, each written by the
+   main rank while the next is gathered: `_gathered`);
 3. optimizer data, the same way: `optimizer_0/` DCP shards, or the gathered
    `optimizer_state.safetensors`; `optimizer_param_groups.json` either way;
 4. one main-rank block writes the single files: train_config.json, training_step.json,
@@ -54,6 +55,7 @@ from ._checksums import write_checksums
 from ._dcp_write import WritebackFileSystemWriter
 from ._dist import broadcast_value, gather_values, pause_point, run_on_main
 from ._errors import CheckpointError
+from ._gathered import write_gathered
 from ._layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
 from ._request import SaveRequest
 from ._rng import capture_rng_state, encode_all_ranks
@@ -196,15 +198,23 @@ def _start_background_writes(save: _Save) -> None:
     save.jobs.clear()  # the thread keeps no reference to the live state
 
 
+def _record(save: _Save, path: Path, digest: FileDigest | None) -> None:
+    if digest is not None:  # the main rank's
+        save.record(path, digest)
+
+
 def _save_model(save: _Save, model: nn.Module, adapter: bool) -> None:
     """Model tensors; a PEFT run (`adapter`) saves only its trainable tensors, in every format."""
     if save.fmt in _DCP_FORMATS:
         _write_dcp(save, dict(local_model_state(model, trainable_only=adapter)), save.files.model_dcp)
-    if save.fmt != "dcp":
-        full = full_model_state(model, trainable_only=adapter)
-        path = save.files.pretrained / (ADAPTER_WEIGHTS if adapter else "model.safetensors")
-        run_on_main(lambda: save.record(path, write_tensor_dict(path, full, {"format": "pt"})), f"writing {path}")
-        del full
+    if save.fmt == "dcp":
+        return
+    path = save.files.pretrained / (ADAPTER_WEIGHTS if adapter else "model.safetensors")
+    if is_sharded(model):  # gathered tensor by tensor, each written while the next is gathered
+        _record(save, path, write_gathered(path, local_model_state(model, trainable_only=adapter), {"format": "pt"}, f"writing {path}"))
+        return
+    full = full_model_state(model, trainable_only=adapter)  # plain and DDP: the live tensors, nothing to gather
+    run_on_main(lambda: save.record(path, write_tensor_dict(path, full, {"format": "pt"})), f"writing {path}")
 
 
 def _save_optimizer(save: _Save, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -212,6 +222,11 @@ def _save_optimizer(save: _Save, model: nn.Module, optimizer: torch.optim.Optimi
         tensors, extra = split_optimizer_state(local_optimizer_state(model, optimizer))
         _write_dcp(save, dict(tensors), save.files.optimizer_dcp)
         _main_rank_block(save, lambda: save_json(save.files.optimizer_groups, extra), f"writing {save.files.optimizer_groups}")
+        return
+    if is_sharded(model):
+        tensors, extra = split_optimizer_state(local_optimizer_state(model, optimizer))
+        _record(save, save.files.optimizer, write_gathered(save.files.optimizer, tensors, None, f"writing {save.files.optimizer}"))
+        run_on_main(lambda: save_json(save.files.optimizer_groups, extra), f"writing {save.files.optimizer_groups}")
         return
     full = full_optimizer_state(model, optimizer)
 

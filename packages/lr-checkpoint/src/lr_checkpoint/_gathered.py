@@ -1,0 +1,101 @@
+"""The gathered safetensors files of a sharded model, gathered and written one tensor at a time.
+
+A sharded (FSDP2/HSDP) model's `model.safetensors` and `optimizer_state.safetensors` hold
+whole tensors. torch's full state dict gathers them all first: the main rank holds the
+whole model, or the whole optimizer state, in CPU memory before it writes the first byte,
+and the disk idles during the gathers, the network during the writes. `write_gathered`
+instead gathers one tensor at a time, in the file's order, on every rank
+(`DTensor.full_tensor()`, the same collective torch's full state dict runs per tensor),
+and the main rank's writer thread writes each one while the next is gathered. The main
+rank holds at most `_DEPTH` + 2 whole tensors; the other ranks drop each one at once.
+
+The gathers are collectives, so every rank runs all of them whatever happens on the main
+rank: after a failed write, the main rank drops what it gathers, then every rank raises
+the same CheckpointError (`run_on_main`), and the temporary file is gone.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from lr_config import FileDigest
+
+from ._dist import is_main, run_on_main
+from ._st_format import TensorSpec
+from ._st_writer import spec_of, write_safetensors
+
+__all__ = ["write_gathered"]
+
+_DEPTH = 2  # whole tensors waiting for the writer: one being written, the next ready
+_END = None
+
+
+class _Writer:
+    """The main rank's writer thread: `write_safetensors` over the tensors `put` hands it."""
+
+    def __init__(self, path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None) -> None:
+        self._queue: queue.Queue[tuple[str, torch.Tensor] | None] = queue.Queue(maxsize=_DEPTH)
+        self._ended = False
+        self.failure: Exception | None = None
+        self.digest: FileDigest | None = None
+        specs = [spec_of(name, tensors[name]) for name in sorted(tensors)]
+        self._thread = threading.Thread(target=self._run, args=(path, specs, metadata), name="lr-gathered-write", daemon=True)
+        self._thread.start()
+
+    def _items(self) -> Iterator[tuple[str, torch.Tensor]]:
+        while (item := self._queue.get()) is not _END:
+            yield item
+        self._ended = True
+
+    def _run(self, path: Path, specs: list[TensorSpec], metadata: Mapping[str, str] | None) -> None:
+        try:
+            self.digest = write_safetensors(path, specs, self._items(), metadata)
+        except Exception as exc:  # handed to every rank by `write_gathered`
+            self.failure = exc
+        finally:
+            while not self._ended:  # keep taking, so that `put` never waits on a writer that stopped
+                self._ended = self._queue.get() is _END
+
+    def put(self, name: str, tensor: torch.Tensor) -> None:
+        if self.failure is None:
+            self._queue.put((name, tensor.detach().to("cpu")))
+
+    def finish(self) -> None:
+        self._queue.put(_END)
+        self._thread.join()
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """Collective for a DTensor (every rank, same order): the whole tensor, on its device."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def write_gathered(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None, what: str) -> FileDigest | None:
+    """Collective: write the whole tensors of `tensors` (this rank's state of a sharded model:
+    DTensors and plain tensors, the same names on every rank) to the safetensors file `path`
+    on the main rank, in name order; return its digest there (None elsewhere). A failed write
+    raises the same CheckpointError on every rank (`what` names the block)."""
+    writer = _Writer(path, tensors, metadata) if is_main() else None
+    try:
+        for name in sorted(tensors):
+            whole = _whole(tensors[name])
+            if writer is not None:
+                writer.put(name, whole)
+            del whole
+    finally:
+        if writer is not None:
+            writer.finish()  # after a failed gather the writer sees too few tensors and removes its file
+
+    def check() -> None:
+        assert writer is not None
+        if writer.failure is not None:
+            raise writer.failure
+
+    run_on_main(check, what)
+    return writer.digest if writer is not None else None
