@@ -43,3 +43,26 @@ def test_writes_a_stream_of_odd_pieces_and_cuts_the_padding(tmp_path: Path, dire
     finally:
         writer.close()
     assert path.read_bytes() == data
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_failed_write_is_raised_and_close_does_not_hang(tmp_path: Path, direct: bool) -> None:
+    """A write past the file size limit (a full disk alike), in the direct writer's worker
+    thread or in place: `write` or `finish` raises it, and `close` returns."""
+    import errno
+    import resource
+
+    path = tmp_path / "out.bin"
+    path.touch()
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    writer = DirectWriter(path, staging_bytes=4 * ALIGN, direct=direct)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10 * ALIGN, limit[1]))
+    try:
+        with pytest.raises(OSError) as caught:
+            for _ in range(8):
+                writer.write(os.urandom(3 * ALIGN))
+            writer.finish()
+        assert caught.value.errno == errno.EFBIG
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        writer.close()

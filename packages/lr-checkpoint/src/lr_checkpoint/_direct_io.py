@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ._writeback import Writeback
@@ -90,37 +91,56 @@ class DirectReader:
 
 
 class DirectWriter:
-    """Appends a byte stream to a new, empty file through an aligned staging buffer."""
+    """Appends a byte stream to a new, empty file through aligned staging buffers.
+
+    Direct: two staging buffers; a full one is written by a worker thread while the caller
+    fills the other, so the disk writes while the caller reads and copies the next bytes (an
+    `O_DIRECT` write returns only once the disk has the bytes). A failed write raises from
+    the `write` or `finish` call after it. Buffered: the bytes go to the page cache at once,
+    and their writeback is started as they go (`_writeback`)."""
 
     def __init__(self, path: Path, staging_bytes: int = 8 << 20, direct: bool = True) -> None:
         self._fd, self.direct = _open_direct(path, os.O_WRONLY, direct)
-        self._stage = aligned_buffer(staging_bytes) if self.direct else memoryview(b"")
+        self._stages = [aligned_buffer(staging_bytes), aligned_buffer(staging_bytes)] if self.direct else [memoryview(b"")]
+        self._current = 0
         self._fill = 0
         self._position = 0
         self._writeback = Writeback(self._fd)  # buffered: the disk starts on the bytes before the fsync
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lr-direct-write") if self.direct else None
+        self._pending: Future[None] | None = None
+
+    def _pwrite(self, view: memoryview, position: int) -> None:
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self._fd, view[done:], position + done)
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def _flush(self, nbytes: int) -> None:
-        view = self._stage[:nbytes]
-        done = 0
-        while done < nbytes:
-            done += os.pwrite(self._fd, view[done:], self._position + done)
+        """Hand the current staging buffer's first `nbytes` to the worker; fill the other one next."""
+        assert self._pool is not None
+        self._wait()  # the other buffer's write is done: it may be filled again
+        self._pending = self._pool.submit(self._pwrite, self._stages[self._current][:nbytes], self._position)
+        self._current = 1 - self._current
 
     def write(self, data: memoryview | bytes) -> None:
         view = memoryview(data).cast("B")
         if not self.direct:
-            done = 0
-            while done < len(view):
-                done += os.pwrite(self._fd, view[done:], self._position + done)
+            self._pwrite(view, self._position)
             self._position += len(view)
             self._writeback.wrote(self._position)
             return
         done = 0
         while done < len(view):
-            take = min(len(view) - done, len(self._stage) - self._fill)
-            self._stage[self._fill : self._fill + take] = view[done : done + take]
+            stage = self._stages[self._current]
+            take = min(len(view) - done, len(stage) - self._fill)
+            stage[self._fill : self._fill + take] = view[done : done + take]
             self._fill += take
             done += take
-            if self._fill == len(self._stage):
+            if self._fill == len(stage):
                 self._flush(self._fill)
                 self._position += self._fill
                 self._fill = 0
@@ -129,15 +149,23 @@ class DirectWriter:
         """Write what is staged (the last block padded, the file then cut to its true size),
         fsync, and return the file's size."""
         if self._fill:
-            self._stage[self._fill : round_up(self._fill)] = bytes(round_up(self._fill) - self._fill)
+            stage = self._stages[self._current]
+            stage[self._fill : round_up(self._fill)] = bytes(round_up(self._fill) - self._fill)
             self._flush(round_up(self._fill))
             self._position += self._fill
             self._fill = 0
+        self._wait()
+        if self.direct:
             os.ftruncate(self._fd, self._position)
         os.fsync(self._fd)
         return self._position
 
     def close(self) -> None:
+        """Wait for a write in flight (its failure, if any, was or will be raised elsewhere), then close."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._pending = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
