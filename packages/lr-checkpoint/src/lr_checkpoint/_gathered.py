@@ -20,6 +20,7 @@ import queue
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -72,8 +73,18 @@ class _Writer:
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:
-    """Collective for a DTensor (every rank, same order): the whole tensor, on its device."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    """Collective for a DTensor (every rank, same order): the whole tensor.
+
+    A shard that lives elsewhere than its mesh (FSDP2 with `--accelerator.fsdp.cpu_offload` keeps CPU
+    shards on a CUDA mesh, whose NCCL group cannot gather CPU tensors) moves to the mesh's
+    device first, as torch's full state dict does; on one device (every CPU run) that is a
+    no-op, so CPU and GPU runs take the same path."""
+    if not isinstance(tensor, DTensor):
+        return tensor
+    shard: DTensor = tensor
+    if shard.device.type != shard.device_mesh.device_type:
+        shard = cast(DTensor, shard.to(shard.device_mesh.device_type))
+    return shard.full_tensor()
 
 
 def write_gathered(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None, what: str) -> FileDigest | None:
