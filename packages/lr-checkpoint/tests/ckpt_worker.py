@@ -96,6 +96,39 @@ def failed_gathered_write_fails_alike(work: Path, model: torch.nn.Module, optimi
         assert lc.verify_checkpoint(checkpoints / "last") == []
 
 
+class _NoRoomOnTheHost(torch.Tensor):
+    """A tensor whose copy to the CPU fails, as a gathered GPU tensor's does when host memory runs out."""
+
+    def to(self, *args: object, **kwargs: object) -> torch.Tensor:  # type: ignore[override]
+        raise MemoryError("no room for the copy")
+
+
+def failed_copy_in_a_gather_fails_alike(work: Path, model: torch.nn.Module, rank: int) -> None:
+    """Rank 0 fails to copy one tensor of the gathered file, between two tensors still to gather:
+    it keeps gathering with the others (no rank waits forever in a gather), then every rank
+    raises, and no file is left."""
+    from lr_checkpoint._gathered import write_gathered
+    from lr_checkpoint._state import local_model_state
+
+    tensors = dict(local_model_state(model))
+    odd = torch.ones(3)
+    tensors["blocks.0.~odd"] = odd.as_subclass(_NoRoomOnTheHost) if rank == 0 else odd  # sorts before blocks.1.*
+    folder = work / "failed_copy"
+    if rank == 0:
+        folder.mkdir()
+    dist.barrier()
+    try:
+        write_gathered(folder / "model.safetensors", tensors, None, f"writing {folder / 'model.safetensors'}")
+    except (MemoryError, lc.CheckpointError) as exc:
+        message = str(exc)
+    else:
+        raise AssertionError(f"rank {rank}: the write succeeded")
+    assert "no room for the copy" in message, message
+    dist.barrier()
+    if rank == 0:
+        assert list(folder.iterdir()) == []
+
+
 def load_formats(work: Path, mesh: object, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int) -> None:
     for fmt in FORMATS:
         fresh = fsdp(1, mesh)
@@ -205,6 +238,7 @@ def scenario_fsdp2(work: Path, rank: int, world: int) -> None:
     model, optimizer = save_formats(work, mesh, rank)
     gathered_files_are_torchs_full_state(work, model, optimizer, rank)
     failed_gathered_write_fails_alike(work, model, optimizer, rank)
+    failed_copy_in_a_gather_fails_alike(work, model, rank)
     load_formats(work, mesh, model, optimizer, rank)
     ddp_round_trips(work, mesh, rank)
     if (work / "single").exists():

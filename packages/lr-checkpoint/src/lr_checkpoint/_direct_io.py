@@ -101,7 +101,11 @@ class DirectWriter:
 
     def __init__(self, path: Path, staging_bytes: int = 8 << 20, direct: bool = True) -> None:
         self._fd, self.direct = _open_direct(path, os.O_WRONLY, direct)
-        self._stages = [aligned_buffer(staging_bytes), aligned_buffer(staging_bytes)] if self.direct else [memoryview(b"")]
+        try:
+            self._stages = [aligned_buffer(staging_bytes), aligned_buffer(staging_bytes)] if self.direct else [memoryview(b"")]
+        except BaseException:
+            os.close(self._fd)
+            raise
         self._current = 0
         self._fill = 0
         self._position = 0

@@ -54,18 +54,30 @@ class _Writer:
             yield item
         self._ended = True
 
+    def _fail(self, exc: Exception) -> None:
+        """Keep the first failure: a failed copy in `put` also makes the writer see too few tensors."""
+        if self.failure is None:
+            self.failure = exc
+
     def _run(self, path: Path, specs: list[TensorSpec], metadata: Mapping[str, str] | None) -> None:
         try:
             self.digest = write_safetensors(path, specs, self._items(), metadata)
         except Exception as exc:  # handed to every rank by `write_gathered`
-            self.failure = exc
+            self._fail(exc)
         finally:
             while not self._ended:  # keep taking, so that `put` never waits on a writer that stopped
                 self._ended = self._queue.get() is _END
 
     def put(self, name: str, tensor: torch.Tensor) -> None:
-        if self.failure is None:
+        """Hand a gathered tensor to the writer (a copy to the CPU first, on a GPU). A failure
+        here is kept, not raised: this tensor's gather is done on every rank, and the others
+        must still run theirs (collectives), so the loop goes on and drops the rest."""
+        if self.failure is not None:
+            return
+        try:
             self._queue.put((name, tensor.detach().to("cpu")))
+        except Exception as exc:
+            self._fail(exc)
 
     def finish(self) -> None:
         self._queue.put(_END)
@@ -92,7 +104,13 @@ def write_gathered(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Ma
     DTensors and plain tensors, the same names on every rank) to the safetensors file `path`
     on the main rank, in name order; return its digest there (None elsewhere). A failed write
     raises the same CheckpointError on every rank (`what` names the block)."""
-    writer = _Writer(path, tensors, metadata) if is_main() else None
+    writer: _Writer | None = None
+    setup: Exception | None = None  # the main rank's writer could not start: every rank still gathers, then raises
+    if is_main():
+        try:
+            writer = _Writer(path, tensors, metadata)
+        except Exception as exc:
+            setup = exc
     try:
         for name in sorted(tensors):
             whole = _whole(tensors[name])
@@ -104,9 +122,13 @@ def write_gathered(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Ma
             writer.finish()  # after a failed gather the writer sees too few tensors and removes its file
 
     def check() -> None:
+        if setup is not None:
+            raise setup
         assert writer is not None
         if writer.failure is not None:
             raise writer.failure
+        if writer.digest is None:  # the thread ended on something other than an Exception
+            raise RuntimeError(f"the writer thread of {path} ended without writing it")
 
     run_on_main(check, what)
     return writer.digest if writer is not None else None
