@@ -31,6 +31,7 @@ from .._keymap import CHECKPOINT_BINDINGS
 from .._resume_plan import describe_exactness
 from .._screens.prompt import ChoicePrompt, TextPrompt
 from .._series import format_bytes
+from .._widgets.table import Table
 from .._widgets.text_panel import TextPanel
 
 __all__ = ["CheckpointsView", "ResumeContext"]
@@ -89,7 +90,7 @@ class CheckpointsView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("no run open", id="ckpt-title", markup=False)
-        table: DataTable[str] = DataTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[str] = Table(id="ckpt-table", cursor_type="row", zebra_stripes=True)
         yield table
         with Horizontal(id="ckpt-bottom"):
             yield TextPanel("details", id="ckpt-details")

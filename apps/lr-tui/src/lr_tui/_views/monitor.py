@@ -52,6 +52,7 @@ from .._screens.resume import ResumeScreen
 from .._series import format_value
 from .._widgets.events_panel import EventsPanel
 from .._widgets.metric_chart import MetricChart
+from .._widgets.table import Table
 from .._widgets.text_panel import TextPanel
 
 __all__ = ["MonitorView"]
@@ -127,7 +128,7 @@ class MonitorView(Vertical):
         return self.launched.get(self.run_dir) if self.run_dir is not None else None
 
     def compose(self) -> ComposeResult:
-        runs: DataTable[str] = DataTable(id="runs", cursor_type="row")
+        runs: DataTable[str] = Table(id="runs", cursor_type="row")
         runs.border_title = "runs (enter: watch)"
         yield runs
         yield Static("no run open: press o to open a run folder, or launch one", id="run-status", markup=False)
@@ -135,7 +136,7 @@ class MonitorView(Vertical):
             with Vertical(id="charts"):
                 for metric in CHARTS:
                     yield MetricChart(metric)
-            table: DataTable[str] = DataTable(id="latest", cursor_type="none", zebra_stripes=True)
+            table: DataTable[str] = Table(id="latest", cursor_type="none", zebra_stripes=True)
             table.border_title = "latest"
             yield table
         yield EventsPanel(id="events")
