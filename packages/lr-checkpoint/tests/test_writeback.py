@@ -68,7 +68,7 @@ def test_writeback_file_writes_what_it_is_given(tmp_path: Path) -> None:
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_dcp_shards_are_the_bytes_dcp_writes(tmp_path: Path) -> None:
     """The shard writer of every DCP save writes the same files as DCP's own FileSystemWriter."""
-    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save
 
     from lr_checkpoint._dcp_write import WritebackFileSystemWriter
