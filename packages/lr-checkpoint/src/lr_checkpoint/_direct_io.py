@@ -102,7 +102,7 @@ class DirectWriter:
     def __init__(self, path: Path, staging_bytes: int = 8 << 20, direct: bool = True) -> None:
         self._fd, self.direct = _open_direct(path, os.O_WRONLY, direct)
         try:
-            self._stages = [aligned_buffer(staging_bytes), aligned_buffer(staging_bytes)] if self.direct else [memoryview(b"")]
+            self._stages = [aligned_buffer(staging_bytes), aligned_buffer(staging_bytes)] if self.direct else []
         except BaseException:
             os.close(self._fd)
             raise
