@@ -147,8 +147,8 @@ def test_convert_never_imports_torch(ckpt_runs: Path, copy_step, dtype: str) -> 
 
 @pytest.mark.parametrize(("direct", "buffer_bytes"), [(False, 4096), (True, 1000), (True, 3 << 20)])
 def test_every_io_mode_and_buffer_size_writes_the_same_file(copy_step, tmp_path: Path, direct: bool, buffer_bytes: int) -> None:  # type: ignore[no-untyped-def]
-    """Buffered I/O (where O_DIRECT is refused) and buffers smaller than a tensor (pieces split
-    inside tensors, unaligned windows) write the file the default conversion writes."""
+    """A buffered writer (where O_DIRECT is refused) and buffers smaller than a tensor (pieces
+    split inside tensors, at unaligned offsets) write the file the default conversion writes."""
     from lr_checkpoint._convert import _specs
     from lr_checkpoint._dcp_meta import read_whole_dcp_metadata
     from lr_checkpoint._dcp_stream import dcp_safetensors_body
@@ -159,7 +159,7 @@ def test_every_io_mode_and_buffer_size_writes_the_same_file(copy_step, tmp_path:
     meta = read_whole_dcp_metadata(root / "pretrained_model" / "pytorch_model_fsdp_0")
     specs = _specs(meta, "fp16")
     other = tmp_path / "other.safetensors"
-    body = dcp_safetensors_body(meta, specs, direct=direct, buffer_bytes=buffer_bytes)
+    body = dcp_safetensors_body(meta, specs, buffer_bytes=buffer_bytes)
     write_safetensors_body(other, specs, body, {"format": "pt"}, direct=direct)
     assert other.read_bytes() == written.read_bytes()
 

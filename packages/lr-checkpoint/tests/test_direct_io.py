@@ -1,4 +1,4 @@
-"""The converter's file I/O, direct (O_DIRECT) and buffered: same bytes either way."""
+"""The converter's file I/O: its range reader, and its writer direct (O_DIRECT) and buffered (same bytes either way)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from lr_checkpoint._direct_io import ALIGN, DirectReader, DirectWriter, aligned_buffer
+from lr_checkpoint._dcp_stream import _Files
+from lr_checkpoint._direct_io import ALIGN, DirectWriter, aligned_buffer
 
 
-@pytest.mark.parametrize("direct", [True, False])
-def test_reads_any_range_up_to_the_end_of_the_file(tmp_path: Path, direct: bool) -> None:
+def test_reads_any_range_up_to_the_end_of_the_file(tmp_path: Path) -> None:
     data = os.urandom(3 * ALIGN + 123)
     path = tmp_path / "f.bin"
     path.write_bytes(data)
-    reader = DirectReader(direct)
+    files = _Files()
     try:
         for start, n in [(0, 1), (1, ALIGN), (ALIGN - 1, 2), (5, len(data) - 5), (len(data) - 7, 7), (2 * ALIGN, ALIGN + 123)]:
-            buffer = aligned_buffer(reader.window(n))
-            assert bytes(reader.read(path, start, n, buffer)) == data[start : start + n]
+            buffer = aligned_buffer(n + 9)
+            assert bytes(files.read(path, start, n, buffer)) == data[start : start + n]
         with pytest.raises(OSError, match=r"f\.bin: ends at byte .* before the 10 bytes at"):
-            reader.read(path, len(data) - 5, 10, aligned_buffer(reader.window(10)))
+            files.read(path, len(data) - 5, 10, aligned_buffer(10))
     finally:
-        reader.close()
+        files.close()
 
 
 @pytest.mark.parametrize("direct", [True, False])

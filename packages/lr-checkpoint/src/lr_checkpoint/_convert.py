@@ -2,7 +2,8 @@
 
 One process, no process group, no GPU, and no torch: the safetensors header is built from
 the DCP metadata alone, then the shards' tensor bytes are copied (and cast) through three
-reused buffers (`_dcp_stream`, with direct I/O where the filesystem takes it), so memory
+reused buffers (`_dcp_stream`; the output is written with direct I/O where the
+filesystem takes it), so memory
 holds a few buffers. The file is written under a temporary name, checked with `safe_open`,
 then renamed. Nothing existing is touched unless asked:
 an existing model.safetensors needs `overwrite`, and the shards are deleted

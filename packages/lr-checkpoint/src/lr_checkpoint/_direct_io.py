@@ -1,25 +1,25 @@
-"""Direct I/O (`O_DIRECT`) for the converter's one pass over a checkpoint, buffered where not.
+"""Direct I/O (`O_DIRECT`) for the file the converter writes, buffered where not.
 
-`lr-checkpoint convert` reads every byte of the DCP shards once and writes every byte of
-`model.safetensors` once. Through the page cache, each of those bytes first gets a page
-of the cache: 400 MB of fresh pages for a 200 MB model. Fresh pages are not free: on the
-cloud VMs where conversions often run (and on the benchmark machine), memory the guest
-has not used lately is handed back to the host, and touching it again costs a fault in the
-host. Measured on the benchmark machine in fresh processes, copying the 201 MB shards of
-the converter benchmark into one file: 1.07 s through the page cache, 0.49 s with
-`O_DIRECT` (three runs each, alternated). Direct I/O moves the bytes between the disk and
-a few reused, page-aligned buffers instead, and leaves the page cache to the training jobs
-on the machine.
+`lr-checkpoint convert` writes every byte of `model.safetensors` once. Through the page
+cache, each of those bytes first gets a dirty page of the cache (200 MB of fresh pages for
+a 200 MB model), which the kernel writes back only past its dirty threshold or at the
+fsync. Fresh pages are not free: on the cloud VMs where conversions often run (and on the
+benchmark machine), memory the guest has not used lately is handed back to the host, and
+touching it again costs a fault in the host. Measured on the benchmark machine, copying
+the 201 MB shards of the converter benchmark into one file: 1.07 s through the page cache,
+0.49 s with `O_DIRECT` (three runs each, alternated). Direct I/O moves the bytes from two
+reused, page-aligned staging buffers to the disk instead.
 
-`O_DIRECT` needs offsets, lengths and memory aligned to the device's block: reads cover
-the requested range with whole aligned blocks (the caller gets a view of the part it asked
-for); the writer collects the stream in an aligned staging buffer, writes whole blocks,
-pads the last one and truncates the file to its true size. Where `O_DIRECT` does not exist
-or the filesystem refuses it at open, the same calls use plain buffered I/O; the writer then
-starts the writeback as it goes (`_writeback`), as the savers' writes do (they use it
-buffered, so that a load after a save finds the files in the page cache).
+(The converter reads the shards through the page cache (`_dcp_stream`): shards written
+shortly before are read from memory, and a cold read with `O_DIRECT` measured no faster.)
+
+`O_DIRECT` needs offsets, lengths and memory aligned to the device's block: the writer
+collects the stream in an aligned staging buffer, writes whole blocks, pads the last one
+and truncates the file to its true size. Where `O_DIRECT` does not exist or the filesystem
+refuses it at open, the same calls use plain buffered I/O, and the writer starts the
+writeback as it goes (`_writeback`), as the savers' writes do (they use it buffered, so
+that a load after a save finds the files in the page cache).
 """
-
 from __future__ import annotations
 
 import errno
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ._writeback import Writeback
 
-__all__ = ["ALIGN", "DirectReader", "DirectWriter", "aligned_buffer", "round_up"]
+__all__ = ["ALIGN", "DirectWriter", "aligned_buffer", "round_up"]
 
 ALIGN = 4096  # the largest logical block of common disks; mmap memory is page-aligned
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -54,40 +54,6 @@ def _open_direct(path: Path, flags: int, direct: bool) -> tuple[int, bool]:
             if exc.errno != errno.EINVAL:
                 raise
     return os.open(path, flags), False
-
-
-class DirectReader:
-    """Positioned reads of byte ranges of files, each file opened once."""
-
-    def __init__(self, direct: bool = True) -> None:
-        self._direct = direct
-        self._files: dict[Path, tuple[int, bool]] = {}
-
-    def window(self, nbytes: int) -> int:
-        """The buffer size a read of `nbytes` needs (the aligned blocks around it)."""
-        return round_up(nbytes) + ALIGN
-
-    def read(self, path: Path, start: int, nbytes: int, buffer: memoryview) -> memoryview:
-        """The `nbytes` bytes of `path` at `start`, read into `buffer` (at least
-        `window(nbytes)` bytes); returns the view of them inside `buffer`."""
-        if path not in self._files:
-            self._files[path] = _open_direct(path, os.O_RDONLY, self._direct)
-        fd, direct = self._files[path]
-        first = start - start % ALIGN if direct else start
-        skip = start - first
-        want = round_up(skip + nbytes) if direct else nbytes
-        done = 0
-        while done < skip + nbytes:
-            got = os.preadv(fd, [buffer[done:want]], first + done)
-            if not got:
-                raise OSError(f"{path}: ends at byte {first + done}, before the {nbytes} bytes at {start} its metadata promises")
-            done += got
-        return buffer[skip : skip + nbytes]
-
-    def close(self) -> None:
-        for fd, _ in self._files.values():
-            os.close(fd)
-        self._files.clear()
 
 
 class DirectWriter:
