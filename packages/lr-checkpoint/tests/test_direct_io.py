@@ -1,4 +1,5 @@
-"""The converter's file I/O: its range reader, and its writer direct (O_DIRECT) and buffered (same bytes either way)."""
+"""The converter's file I/O: its range reader, and its writer, direct (O_DIRECT) and
+buffered (the same bytes either way)."""
 
 from __future__ import annotations
 

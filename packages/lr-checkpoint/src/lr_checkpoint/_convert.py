@@ -2,10 +2,9 @@
 
 One process, no process group, no GPU, and no torch: the safetensors header is built from
 the DCP metadata alone, then the shards' tensor bytes are copied (and cast) through three
-reused buffers (`_dcp_stream`; the output is written with direct I/O where the
-filesystem takes it), so memory
-holds a few buffers. The file is written under a temporary name, checked with `safe_open`,
-then renamed. Nothing existing is touched unless asked:
+reused buffers (`_dcp_stream`; the output is written with direct I/O where the filesystem
+takes it), so memory holds a few buffers. The file is written under a temporary name,
+checked with `safe_open`, then renamed. Nothing existing is touched unless asked:
 an existing model.safetensors needs `overwrite`, and the shards are deleted
 (`delete_dcp`) only after every tensor of the new file compared equal to them. The
 step folder's checksums.json follows: the new file is added, deleted shards dropped.

@@ -20,6 +20,7 @@ refuses it at open, the same calls use plain buffered I/O, and the writer starts
 writeback as it goes (`_writeback`), as the savers' writes do (they use it buffered, so
 that a load after a save finds the files in the page cache).
 """
+
 from __future__ import annotations
 
 import errno
