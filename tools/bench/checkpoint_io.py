@@ -8,8 +8,8 @@ A plain 201 MB model (12 x Linear(2048, 2048)) with its AdamW state, saved with
 `safetensors_dcp` from a 2-process FSDP2 run. Each checkpoint is paired, in the same
 repeat and the same process, with a raw sequential write (fsynced) and read of exactly
 its bytes (the same content) in the same folder. The order of the formats rotates between
-repeats, and odd repeats run the raw write and read before the save and load (this
-virtual disk writes faster after a pause, so whichever goes first has an edge).
+repeats, and odd repeats run the raw write and read before the save and load (the first
+of two writes in a row may have an edge on a virtual disk that flushes on the host).
 Page cache: every save and every raw write ends with fsync; before every load and every
 raw read the files' pages are evicted with posix_fadvise(POSIX_FADV_DONTNEED) (no root
 needed), so reads come from the disk's side of the page cache.
@@ -97,6 +97,27 @@ def _timed(fn: Any) -> float:
     return C.now() - t0
 
 
+def mount_of(path: Path) -> str:
+    """The file system holding `path` and whether it discards freed blocks, from /proc/self/mounts
+    (e.g. "ext4, mounted with `discard`"); "" where that cannot be read."""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    target = str(path.resolve())
+    best: tuple[int, str, str] = (-1, "", "")
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 4:
+            point = fields[1].replace("\\040", " ")
+            if (target == point or target.startswith(point.rstrip("/") + "/")) and len(point) > best[0]:
+                best = (len(point), fields[2], fields[3])
+    if best[0] < 0:
+        return ""
+    discard = "discard" in best[2].split(",")
+    return f"{best[1]}, mounted {'with' if discard else 'without'} `discard`"
+
+
 def settle(seconds: float) -> None:
     """Commit the file system's pending work (the discards of the files deleted last), then
     wait for the disk to process it, so that neither of the next two writes lands on blocks
@@ -173,7 +194,7 @@ def worker(args: argparse.Namespace) -> None:
     for repeat in range(args.repeats):
         shift = repeat % len(formats)
         for fmt in formats[shift:] + formats[:shift]:
-            # raw first on odd repeats: this disk writes faster after a pause, so order matters
+            # raw first on odd repeats: the first of two writes in a row may have an edge
             raw_first = repeat % 2 == 1
             rows.append({"repeat": repeat, "world": world, **one_format(fmt, model, optimizer, root, main, buffer, raw_first, contents, args.settle)})
     if main:
@@ -184,7 +205,8 @@ def worker(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- parent
 
 
-def _section(rows: list[dict[str, Any]], model_mb: float, size: dict[str, int], repeats: int, settle: float) -> str:
+def _section(rows: list[dict[str, Any]], model_mb: float, size: dict[str, int], repeats: int, settle: float,
+             mount: str) -> str:
     out = []
     for world, fmt, label in ((1, "safetensors", "safetensors, 1 process (plain model)"),
                               (2, "safetensors", "safetensors, FSDP2-2 (saved gathered by rank 0, loaded by rows on each rank)"),
@@ -217,11 +239,11 @@ def _section(rows: list[dict[str, Any]], model_mb: float, size: dict[str, int], 
         "virtual disk writes zero blocks several times faster than random ones, so the content has to match, not only "
         "the size) sequentially into one file in the same folder (64 MiB writes, then fsync), and reads them back (64 MiB "
         f"`readinto` calls). Settling: each format's save and raw write start {settle:g} s after the previous files "
-        "were deleted and `os.sync()` ran. On this thin-provisioned virtual disk (ext4 mounted with `discard`), "
-        "blocks freed a moment ago take writes about 5x faster (604 MB: 0.43-0.51 s right after a delete, "
-        "2.1-3.0 s 10 s or more after it) until the host has processed their discard, so without the pause the write "
-        "that happens to reuse them wins; saves in a training run are minutes apart and meet the settled disk. "
-        "Caching: fsync on every write; before each load or raw read "
+        f"were deleted and `os.sync()` ran{f' (the file system measured: {mount})' if mount else ''}. On a "
+        "thin-provisioned virtual disk whose file system discards freed blocks, blocks freed a moment ago take writes "
+        "several times faster until the host has processed their discard (see the notes at the end of this file), "
+        "so without the pause the write that happens to reuse them wins; saves in a training run are minutes apart "
+        "and meet the settled disk. Caching: fsync on every write; before each load or raw read "
         "the files' pages are dropped with `posix_fadvise(POSIX_FADV_DONTNEED)` (root is not needed; on this virtual disk "
         "a host-side cache may still serve reads, for the checkpoint and the raw file alike).",
     ]
@@ -252,7 +274,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix=".lr-bench-io-", dir=base) as tmp:
         one = C.run_worker(1, SCRIPT, [*common, f"--tmp={tmp}/1", "--formats=safetensors"], Path(tmp) / "r1.json", timeout=1800)
         two = C.run_worker(2, SCRIPT, [*common, f"--tmp={tmp}/2", "--formats=safetensors,dcp,safetensors_dcp"], Path(tmp) / "r2.json", timeout=1800)
-    body = _section(one["rows"] + two["rows"], one["model_bytes"] / 1e6, one["size"], args.repeats, args.settle)
+    body = _section(one["rows"] + two["rows"], one["model_bytes"] / 1e6, one["size"], args.repeats, args.settle, mount_of(base))
     flags = [] if args.smoke else [f"--repeats={args.repeats}"] + ([f"--settle={args.settle:g}"] if args.settle != 12 else [])
     C.write_section(args.out, "checkpoint_io", "3. Checkpoint I/O: lr_checkpoint save/load vs raw sequential I/O",
                     C.command_line("checkpoint_io.py", args, flags), ctx, body, args.smoke)
