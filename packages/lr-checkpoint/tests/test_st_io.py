@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from lr_checkpoint import CheckpointError
 from lr_checkpoint._checksums import ChecksumCheck, write_checksums
+from lr_checkpoint._sha import StreamHasher
 from lr_checkpoint._st_read import read_tensors
 from lr_checkpoint._st_writer import write_tensor_dict
 
@@ -38,6 +39,21 @@ def test_the_writer_returns_the_sha256_and_crc32_of_the_file_it_wrote(tmp_path: 
     assert digest.size == len(data)
     assert digest.sha256 == hashlib.sha256(data).hexdigest()
     assert digest.crc32 == f"{zlib.crc32(data):08x}"
+
+
+def test_the_crc32_is_the_stdlib_one_so_checksums_written_before_stay_valid() -> None:
+    # the CRC-32 comes from zlib-ng; an lr that used the stdlib's zlib wrote the same values
+    data = os.urandom((3 << 20) + 7)
+    sizes = [1, 4095, 1 << 20, 13, 2 << 20]
+    hasher, at = StreamHasher(), 0
+    for size in sizes:
+        hasher.update(data[at : at + size])
+        at += size
+    hasher.update(data[at:])
+    digest = hasher.digest()
+    assert digest.size == len(data)
+    assert digest.crc32 == f"{zlib.crc32(data):08x}"
+    assert digest.sha256 == hashlib.sha256(data).hexdigest()
 
 
 def test_the_reader_gives_back_every_tensor_and_the_file_digest(tmp_path: Path) -> None:

@@ -2,24 +2,27 @@
 
 The savers and the resume loader hash a file's bytes while they write or read them, instead
 of reading the file again afterwards: `update(view)` hands a buffer to a worker thread and
-returns at once (hashlib and zlib release the GIL on large buffers), so hashing chunk k
+returns at once (hashlib and zlib-ng release the GIL on large buffers), so hashing chunk k
 overlaps writing or reading chunk k+1. The caller must leave a buffer untouched until its
 next `update` or `digest` returns, which wait for the previous chunk.
 
 Saves take both digests (`checksums.json` holds both); resume's check needs only the
-CRC-32 (`sha256=False`), which runs at over twice SHA-256's speed (3.5 against 1.5 GB/s per
-core on the benchmark machine).
+CRC-32 (`sha256=False`). The CRC-32 comes from zlib-ng: the same CRC as `zlib.crc32`, so
+every checksums.json written before stays valid, but folded with carry-less multiplies where
+the CPU has them. On the benchmark machine it runs at 9-10 GB/s per core, against 3.3 GB/s
+for the stdlib's zlib and 1.5 GB/s for SHA-256; on two cores the stdlib's CRC took half the
+CPU time of a resume from the page cache (BENCHMARKS.md, section 3).
 """
 
 from __future__ import annotations
 
 import hashlib
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from lr_config import FileDigest
+from zlib_ng.zlib_ng import crc32
 
-__all__ = ["StreamHasher", "crc32_hex"]
+__all__ = ["StreamHasher", "crc32", "crc32_hex"]
 
 
 def crc32_hex(value: int) -> str:
@@ -43,7 +46,7 @@ class StreamHasher:
             future.result()
 
     def _crc32(self, view: memoryview | bytes) -> None:
-        self._crc = zlib.crc32(view, self._crc)
+        self._crc = crc32(view, self._crc)
 
     def update(self, view: memoryview | bytes) -> None:
         self._wait()

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import shutil
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 from huggingface_hub import ModelCard, get_token
 from lr_config import TRAIN_CONFIG_VERSION, FileDigest, TrainConfig, TrainingStep, load_checksums, load_json
 from safetensors import safe_open
+from zlib_ng.zlib_ng import crc32
 
 from ._card import model_card
 from ._errors import PublishError
@@ -146,7 +146,7 @@ def _same_bytes(path: Path, expected: FileDigest) -> bool:
     crc, sha, size = 0, hashlib.sha256() if not expected.crc32 else None, 0
     with open(path, "rb") as f:
         while chunk := f.read(8 << 20):
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
             if sha is not None:
                 sha.update(chunk)
             size += len(chunk)
