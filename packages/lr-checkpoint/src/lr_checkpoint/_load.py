@@ -6,13 +6,18 @@ the checkpoint has them (DCP reshards onto the current mesh) and from the gather
 safetensors file otherwise: a sharded model's ranks each read their own rows of it into
 their shards (`read_local_shards`); a plain or DDP model's main rank reads it whole, into
 the live tensors, and torch broadcasts it to the other ranks.
-Before any collective, the main rank checks the files against the model (names,
-shapes, optimizer groups) and every rank raises the same `CheckpointError` on a
-mismatch, so a bad checkpoint never hangs a job or ends in a raw traceback.
+Whoever reads a file first checks it against the model (names, shapes, optimizer groups):
+the main rank for what it reads whole, every rank for DCP shards and rows. Each part ends
+in one agreement (`run_on_main`, `run_on_every_rank`), where every rank raises the same
+`CheckpointError` on a mismatch, so a bad checkpoint never hangs a job or ends in a raw
+traceback. A sharded part costs that one small collective: DCP's load plan needs no
+coordination (its global step returns each rank's plan unchanged), so each rank runs the
+load alone (`load_in_place`) instead of through DCP's three collectives of pickled plans.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +103,23 @@ def _load_model(files: StepFiles, model: nn.Module, check: ChecksumCheck) -> Non
     adapter = files.is_adapter
     local = local_model_state(model, trainable_only=adapter)
     if files.has_model_dcp():
-        run_on_main(lambda: _check_shapes(files.model_dcp, _shapes_of(local), "model"), f"checking {files.model_dcp}")
-        load_in_place(local, files.model_dcp)
+
+        def load_shards() -> None:
+            _check_shapes(files.model_dcp, _shapes_of(local), "model")
+            load_in_place(local, files.model_dcp)
+
+        run_on_every_rank(load_shards, f"loading {files.model_dcp}")
         set_model_state_dict(model, dict(local), options=StateDictOptions(strict=not adapter))
         return
     if not files.model.is_file():
         raise _missing_model(files)
     if is_sharded(model):
         # each rank reads its own rows of the gathered file into its shards, as DCP would
-        run_on_main(lambda: _check_shapes(files.model, _shapes_of(local), "model"), f"checking {files.model}")
-        run_on_every_rank(lambda: read_local_shards(files.model, local), f"reading {files.model}")
+        def read_rows() -> None:
+            _check_shapes(files.model, _shapes_of(local), "model")
+            read_local_shards(files.model, local)
+
+        run_on_every_rank(read_rows, f"reading {files.model}")
         set_model_state_dict(model, dict(local), options=StateDictOptions(strict=not adapter))
         return
     full: dict[str, torch.Tensor] = {}
@@ -123,30 +135,33 @@ def _load_model(files: StepFiles, model: nn.Module, check: ChecksumCheck) -> Non
     load_full_model_state(model, full, strict=not adapter)
 
 
-def _check_optimizer_files(groups: Path, source: Path, tensors: dict[str, torch.Tensor], current: dict[str, Any]) -> None:
-    """Collective: the saved groups and tensor shapes against this optimizer (main rank checks)."""
+def _read_sharded_optimizer(
+    files: StepFiles, source: Path, tensors: dict[str, torch.Tensor], current: dict[str, Any], read: Callable[[], None]
+) -> dict[str, Any]:
+    """Collective: on every rank, the saved groups and tensor shapes against this optimizer,
+    then `read` (this rank's part of `source` into `tensors`); the saved groups' JSON."""
+    extra: dict[str, Any] = {}
 
-    def check() -> None:
-        _check_groups(groups, read_optimizer_json(groups), current)
+    def check_and_read() -> None:
+        extra.update(read_optimizer_json(files.optimizer_groups))
+        _check_groups(files.optimizer_groups, extra, current)
         _check_shapes(source, _shapes_of(tensors), "optimizer")
+        read()
 
-    run_on_main(check, f"checking {source}")
+    run_on_every_rank(check_and_read, f"loading {source}")
+    return extra
 
 
 def _load_optimizer_dcp(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:
     tensors, current = split_optimizer_state(template)
-    _check_optimizer_files(files.optimizer_groups, files.optimizer_dcp, tensors, current)
-    extra = read_optimizer_json(files.optimizer_groups)
-    load_in_place(tensors, files.optimizer_dcp)
+    extra = _read_sharded_optimizer(files, files.optimizer_dcp, tensors, current, lambda: load_in_place(tensors, files.optimizer_dcp))
     set_optimizer_state_dict(model, optimizer, join_optimizer_state(tensors, extra, template["param_groups"]))
 
 
 def _load_optimizer_full(files: StepFiles, model: nn.Module, optimizer: torch.optim.Optimizer, template: dict[str, Any]) -> None:
     tensors, current = split_optimizer_state(template)
     if is_sharded(model):  # each rank reads its own rows, as for the model
-        _check_optimizer_files(files.optimizer_groups, files.optimizer, tensors, current)
-        extra = read_optimizer_json(files.optimizer_groups)
-        run_on_every_rank(lambda: read_local_shards(files.optimizer, tensors), f"reading {files.optimizer}")
+        extra = _read_sharded_optimizer(files, files.optimizer, tensors, current, lambda: read_local_shards(files.optimizer, tensors))
         set_optimizer_state_dict(model, optimizer, join_optimizer_state(tensors, extra, template["param_groups"]))
         return
     osd: dict[str, Any] = {}
