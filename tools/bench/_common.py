@@ -217,6 +217,15 @@ def write_section(out: Path, name: str, title: str, command: str, ctx: Context, 
     print(f"wrote section {name!r} of {out}", flush=True)
 
 
+def settle(seconds: float) -> None:
+    """Commit the file system's pending work (the discards of the files deleted last, another
+    process's unflushed writes), then wait for the disk to process it, so that the next write
+    neither lands on blocks the host still backs from files just deleted nor shares the disk
+    with an earlier writeback (checkpoint_io.py's docstring has the measurements)."""
+    os.sync()
+    time.sleep(seconds)
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

@@ -118,14 +118,6 @@ def mount_of(path: Path) -> str:
     return f"{best[1]}, mounted {'with' if discard else 'without'} `discard`"
 
 
-def settle(seconds: float) -> None:
-    """Commit the file system's pending work (the discards of the files deleted last), then
-    wait for the disk to process it, so that neither of the next two writes lands on blocks
-    the host still backs from the files just deleted (see the module docstring)."""
-    os.sync()
-    time.sleep(seconds)
-
-
 def one_format(fmt: str, model: Any, optimizer: Any, root: Path, main: bool, buffer: bytearray, raw_first: bool,
                contents: dict[str, bytes], settle_s: float) -> dict[str, Any]:
     """Settle, save and raw write (in that order, or raw first), then load and raw read likewise.
@@ -161,7 +153,7 @@ def one_format(fmt: str, model: Any, optimizer: Any, root: Path, main: bool, buf
         _barrier()
 
     if main:
-        settle(settle_s)
+        C.settle(settle_s)
     _barrier()
     for job in (write_raw, save, read_raw, load) if raw_first else (save, write_raw, load, read_raw):
         job()

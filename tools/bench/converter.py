@@ -13,8 +13,13 @@ imports alone, and `import torch, torch.distributed.checkpoint` (FACTS.md's ~610
 The DCP files' pages are dropped from the page cache before every conversion. lr's
 convert fsyncs its output before returning and accelerate's does not, so accelerate's
 process also times an fsync of its output after the call (reported apart). Tools and
-baselines alternate (order reversed on odd repeats). Targets: lr >= 2x faster; lr's
-peak RSS above its import baseline <= 1.3 x the model size.
+baselines alternate (order reversed on odd repeats). Each tool's conversion starts after
+`os.sync()` and --settle seconds (default 12, 0 with --smoke), as checkpoint_io.py's writes
+do: accelerate's process exits with its output still in the page cache, and its writeback
+would otherwise share the disk with whatever runs next (lr's conversion, on odd repeats), and
+the output deleted just before a tool's run would leave blocks that take writes faster until
+their discard goes through. Targets: lr >= 2x faster; lr's peak RSS above its import
+baseline <= 1.3 x the model size.
 """
 
 from __future__ import annotations
@@ -129,12 +134,14 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             if name in outputs:
                 shutil.rmtree(outputs[name]) if outputs[name].is_dir() else outputs[name].unlink(missing_ok=True)
             C.drop_file_cache(dcp_dir)
+            if name in outputs:
+                C.settle(args.settle)
             samples[name].append(measure([sys.executable, "-c", codes[name]]))
     equal = same_tensors(lr_out, acc_out / "model.safetensors")
     return {"model_bytes": made["model_bytes"], "samples": samples, "equal": equal}
 
 
-def _section(res: dict[str, Any], repeats: int) -> str:
+def _section(res: dict[str, Any], repeats: int, settle: float) -> str:
     s = res["samples"]
     model_mb = res["model_bytes"] / 1e6
     med = {name: {k: C.median(x[k] for x in runs) for k in runs[0]} for name, runs in s.items()}
@@ -157,7 +164,9 @@ def _section(res: dict[str, Any], repeats: int) -> str:
     rss_above = (med[lr]["rss_mb"] - med[own_base[lr]]["rss_mb"]) / model_mb
     rss_whole = {name: med[name]["rss_mb"] / model_mb for name in (lr, acc)}
     body = [
-        f"DCP model shards of a {model_mb:.1f} MB fp32 model (written by 2 FSDP2 ranks), {repeats} interleaved repeats. "
+        f"DCP model shards of a {model_mb:.1f} MB fp32 model (written by 2 FSDP2 ranks), {repeats} interleaved repeats; "
+        f"each tool's conversion starts {settle:g} s after `os.sync()` (no other process's writeback still running, "
+        "no blocks freed a moment ago). "
         "Each tool runs in a fresh `python -c` process that imports it, then times its call: `lr_checkpoint.cli.main"
         "([\"convert\", ...])` (the `lr-checkpoint` console script's entry point) or `merge_fsdp_weights(...)`. Process = "
         "start to exit (imports included); call = the conversion alone. RSS = the process's own peak (`ru_maxrss` from "
@@ -193,18 +202,22 @@ def main() -> None:
         p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
         p.add_argument("--result", default="", help=argparse.SUPPRESS)
         p.add_argument("--tmp", default="", help=argparse.SUPPRESS)
+        p.add_argument("--settle", type=float, default=None,
+                       help="seconds between os.sync() and each tool's conversion (default 12, 0 with --smoke)")
 
     args = C.parse_args(__doc__.splitlines()[0], extra)
     args.repeats = args.repeats or (1 if args.smoke else 3)
+    if args.settle is None:
+        args.settle = 0.0 if args.smoke else 12.0
     if args.worker:
         worker(args)
         return
     ctx = C.Context.now()
     with tempfile.TemporaryDirectory(prefix="lr-bench-convert-") as tmp:
         res = run(args, Path(tmp))
-    flags = [] if args.smoke else [f"--repeats={args.repeats}"]
+    flags = [] if args.smoke else [f"--repeats={args.repeats}"] + ([f"--settle={args.settle:g}"] if args.settle != 12 else [])
     C.write_section(args.out, "converter", "5. Converter: `lr-checkpoint convert` vs accelerate `merge_fsdp_weights`",
-                    C.command_line("converter.py", args, flags), ctx, _section(res, args.repeats), args.smoke)
+                    C.command_line("converter.py", args, flags), ctx, _section(res, args.repeats, args.settle), args.smoke)
 
 
 if __name__ == "__main__":
