@@ -3,14 +3,14 @@
 Headers and DCP metadata say whether a file parses, not whether its bytes are the ones that
 were saved: a flipped bit inside a tensor loads fine. So every save records the size,
 SHA-256 and CRC-32 of each file of the step folder. `verify` compares both digests; resume
-compares the CRC-32 (six times as fast with zlib-ng, and what matters at load is catching flipped and
-truncated bytes, not an adversary), or the SHA-256 for an entry that has no CRC-32 (a
-checksums.json of version 1, before it had one).
+compares the CRC-32 (zlib-ng's is six times as fast, and what matters at load is catching
+flipped and truncated bytes, not an adversary), or the SHA-256 for an entry that has no
+CRC-32 (a checksums.json of version 1, before it had one).
 
 - At commit (collective, before the temporary folder is renamed) the main rank lists the
   files and their sizes; the files are split over the ranks by bytes (`_share`), each rank
-  hashes its share in threads (hashlib and zlib-ng release the GIL on large buffers, and the files
-  were just written, so they are read from the page cache); the main rank writes
+  hashes its share in threads (hashlib and zlib-ng release the GIL on large buffers, and the
+  files were just written, so they are read from the page cache); the main rank writes
   `checksums.json`. It is fsynced and renamed with the rest.
 - `checksum_problems(step_dir)` (one process, for verify) and `ChecksumCheck(step_dir)`
   (resume: started on every rank before the load so the hashing overlaps it, then
@@ -232,8 +232,8 @@ class ChecksumCheck:
 
     Creating it (on every rank, no collective) reads checksums.json, checks this rank's
     share of the files for presence and size, and starts hashing them in background threads
-    (hashlib and zlib-ng release the GIL), so the hashing overlaps the load that reads the same files
-    and each byte comes from the disk once. The files in `read_by_main` are the ones the
+    (hashlib and zlib-ng release the GIL), so the hashing overlaps the load that reads the
+    same files and each byte comes from the disk once. The files in `read_by_main` are the ones the
     main rank reads whole and hashes as it reads them (`read_tensors`): they are nobody's
     share, and the loader hands their digests over with `record`. Files and folders in
     `unread` are ones this load does not read (the gathered weights when DCP shards are

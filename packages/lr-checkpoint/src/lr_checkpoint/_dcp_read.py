@@ -4,9 +4,10 @@ The storage reader is `DirectFileSystemReader`: DCP plans (and reshards), the te
 straight into their destination.
 
 `load_in_place` is resume's load, in the calling process alone (resume runs it on every
-rank, and agrees on failures itself); `load_dcp_tensor` / `iter_dcp_tensors` read whole tensors (one, or a batch of
-consecutive ones) in one process with no process group, for verify and for the converter (the layouts its
-own byte copy does not take, and the check before `--delete_dcp`). Callers must have passed
+rank and agrees on failures itself); `load_dcp_tensor` / `iter_dcp_tensors` read whole
+tensors (one, or a batch of consecutive ones) in one process, for verify and for the
+converter (the layouts its own byte copy does not take, and the check before
+`--delete_dcp`). Callers must have passed
 the folder through `read_whole_dcp_metadata` first: only then may DCP unpickle it.
 """
 
@@ -57,9 +58,10 @@ def load_in_place(state: dict[str, Any], folder: Path) -> None:
     shard, resharded from whatever layout saved it), with no collective. DCP's load needs no
     coordination between ranks: every rank plans its reads from the metadata alone, and the
     global step of its default planner returns the plans unchanged. Under a process group DCP
-    would still gather and scatter the pickled plans and end with an all-gather; on the
-    benchmark's 605 MB two-rank resume those took about 16 ms of a 0.25 s load from the
-    page cache (BENCHMARKS.md, section 3)."""
+    would still gather and scatter the pickled plans and end with an all-gather. Dropping
+    those, with the main rank's shape check that the other ranks waited for, took the
+    benchmark's two-rank resume of 605 MB from the page cache from 0.249 to 0.221 s
+    (BENCHMARKS.md, notes of the seventh session)."""
     _load(state, folder)
 
 

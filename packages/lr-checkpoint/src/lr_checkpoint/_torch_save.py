@@ -16,7 +16,7 @@ the item to DCP's own loader, which is slower but takes any archive torch writes
 Why not `zipfile`: a resume locates every stored chunk, about a hundred per rank for the
 benchmark's model. With `zipfile` (its directory parse and two `ZipExtFile` reads through a
 buffered window of the file) that took 148 us per chunk, 14 ms of a 0.22 s two-rank load
-from the page cache; this parse takes 45 us (BENCHMARKS.md, section 3).
+from the page cache; this parse takes 45 us (BENCHMARKS.md, notes of the seventh session).
 
 The converter (`_dcp_stream`, no torch) and resume's direct reader (`_dcp_direct`) use it.
 """
