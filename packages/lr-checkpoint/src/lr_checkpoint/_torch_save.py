@@ -139,7 +139,8 @@ class _Archive:
         self.fd, self.start, self.length = fd, start, length
         self.head = os.pread(fd, min(length, _EDGE), start)
         self.tail_at = max(0, length - _EDGE)
-        self.tail = os.pread(fd, length - self.tail_at, start + self.tail_at)
+        # an archive of at most `_EDGE` bytes (a scalar's, most of them) is its own tail
+        self.tail = self.head if self.tail_at == 0 else os.pread(fd, length - self.tail_at, start + self.tail_at)
         if len(self.head) != min(length, _EDGE) or len(self.tail) != length - self.tail_at:
             raise _NotPlain("the file is shorter than the item")
 
