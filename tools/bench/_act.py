@@ -63,7 +63,7 @@ _contexts: dict[str, Any] = {}
 def context_for(layout: str, cfg: Any) -> Any:
     """The engine's DistContext for `layout`. The first one initializes the process group
     (`init_distributed`, the engine's own path); later layouts of the same launch reuse the
-    group and get their own mesh, as init_distributed builds it."""
+    group and its control group, and get their own mesh, as init_distributed builds it."""
     if layout in _contexts:
         return _contexts[layout]
     import torch.distributed as dist
@@ -78,7 +78,10 @@ def context_for(layout: str, cfg: Any) -> Any:
         topo = validate(cfg, world_size=world, nnodes=nnodes)
         device = best_device(cfg.policy.device, local_rank)
         mesh = init_device_mesh(device.type, (topo.dp_replicate, topo.dp_shard), mesh_dim_names=("dp_replicate", "dp_shard"))
-        ctx = DistContext(rank=rank, local_rank=local_rank, world_size=world, topology=topo, device=device, mesh=mesh)
+        # the first context's control group (stop requests) serves every layout, as in the engine
+        control = next(iter(_contexts.values())).control_group if _contexts else dist.group.WORLD
+        ctx = DistContext(rank=rank, local_rank=local_rank, world_size=world, topology=topo, device=device, mesh=mesh,
+                          control_group=control)
     if ctx.topology.layout != layout:
         raise RuntimeError(f"asked for layout {layout}, the flags give {ctx.topology.layout}")
     _contexts[layout] = ctx

@@ -1,6 +1,6 @@
 """Engine overhead: the `lr-engine train` loop's steps/s against a bare torch loop.
 
-    uv run python tools/bench/engine_overhead.py [--repeats=3] [--smoke]
+    uv run python tools/bench/engine_overhead.py [--repeats=4] [--windows=6] [--smoke]
 
 ACT at 10,560,322 parameters (see _act.py), batch 8 per process, AdamW, clipping at the
 engine's default 10.0, no checkpoints, on CPU: single process, DDP-2 and FSDP2-2 (one
@@ -100,8 +100,9 @@ def _section(args: argparse.Namespace, rows: list[dict]) -> str:
         "slowest rank) minus the bare steps inside it; the bare loop's time for that window is the sum of those bare "
         "steps. The bare loop is hand-written: the same policy, seed, dataset, normalizer, batch, AdamW hyper-parameters "
         "(foreach) and global-norm clipping at 10.0, the same FSDP2 units, with its own DataLoader; no metrics, "
-        "logging, LR schedule or checkpoints. The engine's window excludes the writing of its log line (one small "
-        "all-reduce, one JSON line, one print per window).",
+        "logging, LR schedule or checkpoints. The engine's windows follow each other without a gap, so each includes "
+        "the previous log step's cost (one small all-gather, one JSON line, one print and a `run.json` update per "
+        "window) and, every update, the non-blocking exchange of the stop flag.",
         "",
         "Per window (seconds per window of steps):",
         "",
@@ -120,10 +121,10 @@ def main() -> None:
         p.add_argument("--layouts", default="single", help=argparse.SUPPRESS)
         p.add_argument("--batch-size", type=int, default=8, help="per-process batch (default 8)")
         p.add_argument("--log-freq", type=int, default=4, help="loop steps per timing window (default 4)")
-        p.add_argument("--windows", type=int, default=3, help="steady windows per run, after the warm-up window (default 3)")
+        p.add_argument("--windows", type=int, default=6, help="steady windows per run, after the warm-up window (default 6)")
 
     args = C.parse_args(__doc__.splitlines()[0], extra)
-    args.repeats = args.repeats or (1 if args.smoke else 2)
+    args.repeats = args.repeats or (1 if args.smoke else 4)
     if args.worker:
         worker(args)
         return
@@ -135,7 +136,7 @@ def main() -> None:
             argv = [*passed, f"--tmp={tmp}", f"--layouts={layouts}"] + (["--smoke"] if args.smoke else [])
             rows += C.run_worker(nproc, SCRIPT, argv, Path(tmp) / f"result-{nproc}.json", timeout=1800)
     C.write_section(args.out, "engine_overhead", "1. Engine overhead: `lr-engine train` loop vs a bare torch loop (CPU)",
-                    C.command_line("engine_overhead.py", args), ctx, _section(args, rows), args.smoke)
+                    C.command_line("engine_overhead.py", args, [] if args.smoke else passed), ctx, _section(args, rows), args.smoke)
 
 
 if __name__ == "__main__":

@@ -221,7 +221,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "stopped", "info",
         re.compile(r"Received (\S+) death signal, shutting down workers"),
-        lambda m: (f"torchrun got signal {m.group(1)}: passing it to the workers", "the workers stop at the next update; a second stop interrupts them at once"),
+        lambda m: (f"torchrun got signal {m.group(1)}: passing it to the workers", "the workers stop at the next update (or the one after); a second stop interrupts them at once"),
     ),
     _Rule(
         "resume_changed", "warning",

@@ -1,9 +1,10 @@
 """Metrics: accumulated on device, reduced across ranks once per log step.
 
-Every rank calls `MetricsWindow.reduce()` at a log step (it is collective):
-- loss and the policy's info scalars: mean over the window's loop steps and over ranks
-  (gloo has no AVG: SUM, then divide);
-- timings: the max over ranks;
+Every rank calls `MetricsWindow.reduce()` at a log step (it is collective: one all-gather
+of each rank's window values, then sums and maxes computed alike on every rank):
+- loss and the policy's info scalars: mean over the window's loop steps and over ranks;
+- timings: the max over ranks; windows follow each other without a gap (a window's clock
+  starts where the previous one's stopped), so the log steps' own cost is counted too;
 - `samples_per_s`: the whole cluster's throughput (global samples / slowest rank's time);
 - memory: the max over ranks.
 With `LR_LOG_RANK_METRICS=1` every rank also appends its own (unreduced) window loss to
@@ -28,10 +29,13 @@ import torch.distributed as dist
 from lr_config import MetricsRecord, TrainConfig, to_dict
 
 
-def _all_reduce(t: torch.Tensor, op: Any) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(t, op=op)
-    return t
+def _gather(t: torch.Tensor) -> torch.Tensor:
+    """Every rank's `t`, stacked (world, *t.shape): one collective for sums and maxes alike."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return t.unsqueeze(0)
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t)
+    return torch.stack(parts)
 
 
 def memory_gb(device: torch.device) -> float:
@@ -50,6 +54,9 @@ class MetricsWindow:
     info_sums: dict[str, torch.Tensor] = field(default_factory=dict)
     data_s: float = 0.0
     started: float = field(default_factory=time.perf_counter)
+    ended: float = 0.0
+    """When `reduce()` read the clock: the next window starts there, so that the log step's
+    collective and writes count in the next window's time instead of in none."""
 
     def add(self, loss: torch.Tensor, info: dict[str, torch.Tensor], data_s: float) -> None:
         loss = loss.detach().float()
@@ -66,12 +73,15 @@ class MetricsWindow:
         assert self.loss_sum is not None
         local = torch.stack([self.loss_sum, *(self.info_sums[k] for k in keys)]).to(self.device) / self.steps
         local_loss = float(local[0]) if os.environ.get("LR_LOG_RANK_METRICS") else None
-        means = _all_reduce(local.clone(), dist.ReduceOp.SUM) / world_size
-        wall = time.perf_counter() - self.started
-        mem = memory_gb(self.device)
-        maxes = _all_reduce(torch.tensor([wall, self.data_s, mem], dtype=torch.float64, device=self.device), dist.ReduceOp.MAX)
-        values = means.tolist()
-        wall_max, data_max, mem_max = maxes.tolist()
+        self.ended = time.perf_counter()
+        wall = self.ended - self.started
+        timings = torch.tensor([wall, self.data_s, memory_gb(self.device)], dtype=torch.float64, device=self.device)
+        # One all-gather, not an all-reduce per op: each blocking collective is a point where
+        # every rank waits for the slowest (see BENCHMARKS.md, section 1's notes).
+        rows = _gather(torch.cat([local.double(), timings]))
+        n = len(local)
+        values = (rows[:, :n].sum(0) / world_size).tolist()
+        wall_max, data_max, mem_max = rows[:, n:].amax(0).tolist()
         return {
             "loss": values[0],
             "info": dict(zip(keys, values[1:])),

@@ -12,8 +12,8 @@ samples_per_s, downsampled to their width), the latest values, the status line, 
 (with what to do about each) and, for a failed run, the tail of its log; the new log lines
 go to the Logs view through `MonitorView.LogUpdate`.
 
-Stop (x) asks first, then sends SIGINT (lr-engine stops at the next update and saves a
-final checkpoint) and SIGTERM after `stop_grace` seconds if anything still runs; x again
+Stop (x) asks first, then sends SIGINT (lr-engine stops at the next update, or the one
+after, and saves a final checkpoint) and SIGTERM after `stop_grace` seconds if anything still runs; x again
 sends the next signal at once (SIGTERM, then SIGKILL). Resume (r) opens the resume screen
 for `checkpoints/last` and launches the command it builds, detached, into the same folder.
 """
@@ -336,7 +336,7 @@ class MonitorView(Vertical):
                 self._send_stop(run_dir, 0)
 
         choices = [
-            ("stop", f"SIGINT now: stop at the next update with a final checkpoint; SIGTERM after {self.stop_grace:g} s"),
+            ("stop", f"SIGINT now: stop at the next update (or the one after) with a final checkpoint; SIGTERM after {self.stop_grace:g} s"),
             ("cancel", "keep it running"),
         ]
         self.app.push_screen(ChoicePrompt(f"Stop {run_dir}?", choices), confirmed)
