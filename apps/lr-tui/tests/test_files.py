@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import struct
 import sys
+from dataclasses import replace
 
 import pytest
-from tui_support import make_checkpoint, metrics_line, point_last, write_run_status, write_weights
+from tui_support import make_checkpoint, metrics_line, metrics_record, point_last, write_run_status, write_weights
 
-from lr_config import RunStatus
+from lr_config import RunStatus, to_dict
 from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._checkpoint_scan import checkpoint_details, scan_checkpoints
-from lr_tui._metrics_tail import JsonlTail, MetricsTail
+from lr_tui._metrics_tail import JsonlTail, MetricsTail, last_record
 from lr_tui._run_info import eta_seconds, log_tail, summarize_run
 from lr_tui._safetensors_header import HeaderError, read_header, summarize_tensors
 from lr_tui._series import downsample, format_bytes, format_duration
@@ -52,14 +53,34 @@ def test_metrics_tail_parses_records_and_reports_bad_lines(tmp_path):
     assert read.problems[1] == "metrics.jsonl:3: unsupported metrics record version"
 
 
+def test_last_record_reads_the_end_and_skips_what_is_not_a_record(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    assert last_record(path) is None
+    path.write_text('{"step": 1')
+    assert last_record(path) is None  # nothing complete yet
+    path.write_text(metrics_line(5) + metrics_line(10) + "not json\n" + json.dumps({"version": 9}) + "\n" + '{"step": 1')
+    assert last_record(path).step == 10  # type: ignore[union-attr]
+    path.write_text("".join(metrics_line(s) for s in range(1, 400)))
+    got = last_record(path, tail_bytes=700)  # the window cuts the first line it holds
+    assert got is not None and got.step == 399
+
+
 def test_run_summary_eta_and_failure_log(tmp_path):
     assert summarize_run(tmp_path).state == "no run.json yet"
     write_run_status(tmp_path, step=200, steps=300)
+    paced = replace(metrics_record(200), update_s=0.9, dataloading_s=0.1)  # 1 s per step
+    (tmp_path / "metrics.jsonl").write_text(metrics_line(195) + json.dumps(to_dict(paced)) + "\n" + '{"step": 2')
     summary = summarize_run(tmp_path)
-    assert summary.line() == "running   step 200/300 (66%)   ETA 50s"
+    assert summary.line() == "running   step 200/300 (66%)   ETA 1m40s"  # the last complete record's pace
     write_run_status(tmp_path, status="failed", error="RuntimeError: boom")
     assert summarize_run(tmp_path).error == "RuntimeError: boom"
     assert eta_seconds(RunStatus(status="running", step=0, steps=10)) is None
+    # without metrics: the pace from started to updated
+    fresh = RunStatus(status="running", step=200, steps=300, started="2025-01-01T12:00:00", updated="2025-01-01T12:01:40")
+    assert eta_seconds(fresh) == pytest.approx(50.0)
+    # resumed at step 1000: run.json's step counts the steps before the resume, its clock does not
+    resumed = replace(fresh, step=1010, steps=2000, updated="2025-01-01T12:00:10")
+    assert eta_seconds(resumed, paced) == pytest.approx(990.0)
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "launch.log").write_text("".join(f"line {i}\n" for i in range(50)))
     path, text = log_tail(tmp_path, lines=3)  # type: ignore[misc]

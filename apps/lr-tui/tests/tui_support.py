@@ -69,7 +69,7 @@ def write_run_status(run_dir: Path, *, status: str = "running", step: int = 200,
             pid=0,
             hostname="sample-host",
             started="2025-01-01T12:00:00",
-            updated="2025-01-01T12:01:40",
+            updated="2025-01-01T12:00:09",  # 0.045 s per step, the pace of metrics_record
             output_dir=run_dir.name,
             job_name="act",
             step=step,

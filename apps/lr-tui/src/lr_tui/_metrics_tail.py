@@ -6,6 +6,7 @@ byte offset and the partial last line (the engine may be mid-write) for the next
 starts over from byte 0 when the file shrinks or is replaced (a new run in the same folder),
 telling the caller so it can drop what it had. `MetricsTail` turns those lines into
 `MetricsRecord`s, strictly, keeping the problems of bad lines instead of raising.
+`last_record` reads only a file's end for its newest valid record (the run list's ETA).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from lr_config import FILES_VERSION, ConfigError, MetricsRecord, from_dict
 
-__all__ = ["JsonlTail", "MetricsRead", "MetricsTail"]
+__all__ = ["JsonlTail", "MetricsRead", "MetricsTail", "last_record"]
 
 
 class JsonlTail:
@@ -94,3 +95,31 @@ class MetricsTail:
         if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
             raise ConfigError(f"{where}: unsupported metrics record version")
         return from_dict(MetricsRecord, data, source=where)
+
+
+def last_record(path: Path, *, tail_bytes: int = 65536) -> MetricsRecord | None:
+    """The newest complete, valid record of a metrics.jsonl, from its last `tail_bytes`; None
+    when there is none (no file, nothing complete yet, or only bad lines there)."""
+    try:
+        with Path(path).open("rb") as f:
+            size = f.seek(0, 2)
+            start = max(0, size - tail_bytes)
+            f.seek(start)
+            chunk = f.read(size - start)
+    except OSError:
+        return None
+    lines = chunk.split(b"\n")
+    lines.pop()  # after the last newline: empty, or a line the engine is still writing
+    if start > 0 and lines:
+        lines.pop(0)  # cut by the window
+    for line in reversed(lines):
+        try:
+            data = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(data, dict) and data.get("version") == FILES_VERSION:
+            try:
+                return from_dict(MetricsRecord, data, source=str(path))
+            except ConfigError:
+                continue
+    return None

@@ -1,7 +1,8 @@
 """A run folder's status for the Monitor: `run.json`, the ETA, and the tail of its log.
 
-Reads only files (`<run>/run.json`, `<run>/logs/*.log`); never raises for a missing or
-half-written file, since the engine may be writing it at that moment.
+Reads only files (`<run>/run.json`, the end of `<run>/metrics.jsonl`, `<run>/logs/*.log`);
+never raises for a missing or half-written file, since the engine may be writing it at that
+moment.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from lr_config import ConfigError, RunStatus, load_run_status
+from lr_config import ConfigError, MetricsRecord, RunStatus, load_run_status
 
+from ._metrics_tail import last_record
 from ._procs import process
 from ._series import format_duration
 
@@ -38,10 +40,17 @@ class RunSummary:
         return "   ".join(parts)
 
 
-def eta_seconds(status: RunStatus) -> float | None:
-    """Time left at the pace from `started` to `updated`; None when it cannot be told."""
+def eta_seconds(status: RunStatus, last: MetricsRecord | None = None) -> float | None:
+    """Time left for a running run; None when it cannot be told.
+
+    The pace is the last logged window's (`update_s + dataloading_s` per step, from
+    metrics.jsonl): recent, and right for a resumed run, whose `run.json` step counts the
+    steps before the resume while its `started` is the resume's time. Without a record, the
+    pace from `started` to `updated` (start-up included)."""
     if status.status != "running" or status.step <= 0 or status.steps <= status.step:
         return None
+    if last is not None and last.update_s + last.dataloading_s > 0:
+        return (last.update_s + last.dataloading_s) * (status.steps - status.step)
     try:
         elapsed = (datetime.fromisoformat(status.updated) - datetime.fromisoformat(status.started)).total_seconds()
     except ValueError:
@@ -66,7 +75,7 @@ def summarize_run(output_dir: Path) -> RunSummary:
         status = load_run_status(path)
     except ConfigError as exc:
         return RunSummary(state="unreadable run.json", error=str(exc))
-    eta = eta_seconds(status)
+    eta = eta_seconds(status, last_record(Path(output_dir) / "metrics.jsonl") if status.status == "running" else None)
     state = "stale (process gone)" if _process_gone(status) else status.status
     return RunSummary(
         state=state,
