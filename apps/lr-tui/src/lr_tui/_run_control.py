@@ -12,9 +12,10 @@ main rank, for a run started outside the TUI).
 Stopping goes in stages (`STOP_STAGES`): SIGINT, then SIGTERM, then SIGKILL. The first two
 go to the launcher's process group: torchrun passes each signal on to every worker, and
 lr-engine stops at the next update boundary (or the one after) on the first (final
-checkpoint, run.json "stopped") and at once on the second. Without a recorded launcher they go to the main
-rank's pid; the engine agrees the stop over all ranks, so the whole job stops. SIGKILL,
-the last resort, goes to the launcher's group and to every process below it.
+checkpoint, run.json "stopped") and at once on the second. Without a recorded launcher
+they go to the main rank's pid; the engine agrees the stop over all ranks, so the whole
+job stops. SIGKILL, the last resort, goes to the launcher's group and to every process
+below it.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ samples_per_s, downsampled to their width), the latest values, the status line, 
 go to the Logs view through `MonitorView.LogUpdate`.
 
 Stop (x) asks first, then sends SIGINT (lr-engine stops at the next update, or the one
-after, and saves a final checkpoint) and SIGTERM after `stop_grace` seconds if anything still runs; x again
-sends the next signal at once (SIGTERM, then SIGKILL). Resume (r) opens the resume screen
-for `checkpoints/last` and launches the command it builds, detached, into the same folder.
+after, and saves a final checkpoint) and SIGTERM after `stop_grace` seconds if anything
+still runs; x again sends the next signal at once (SIGTERM, then SIGKILL). Resume (r) opens
+the resume screen for `checkpoints/last` and launches the command it builds, detached, into
+the same folder.
 """
 
 from __future__ import annotations
