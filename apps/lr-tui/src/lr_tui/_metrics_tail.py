@@ -11,11 +11,10 @@ telling the caller so it can drop what it had. `MetricsTail` turns those lines i
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lr_config import FILES_VERSION, ConfigError, MetricsRecord, from_dict
+from lr_config import ConfigError, MetricsRecord, parse_metrics_line
 
 __all__ = ["JsonlTail", "MetricsRead", "MetricsTail", "last_record"]
 
@@ -87,14 +86,7 @@ class MetricsTail:
         return out
 
     def _parse(self, line: bytes) -> MetricsRecord:
-        where = f"{self.lines.path.name}:{self.line_number}"
-        try:
-            data = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{where}: not valid JSON ({exc})") from None
-        if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
-            raise ConfigError(f"{where}: unsupported metrics record version")
-        return from_dict(MetricsRecord, data, source=where)
+        return parse_metrics_line(line, f"{self.lines.path.name}:{self.line_number}")
 
 
 def last_record(path: Path, *, tail_bytes: int = 65536) -> MetricsRecord | None:
@@ -114,12 +106,7 @@ def last_record(path: Path, *, tail_bytes: int = 65536) -> MetricsRecord | None:
         lines.pop(0)  # cut by the window
     for line in reversed(lines):
         try:
-            data = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            return parse_metrics_line(line, str(path))
+        except ConfigError:
             continue
-        if isinstance(data, dict) and data.get("version") == FILES_VERSION:
-            try:
-                return from_dict(MetricsRecord, data, source=str(path))
-            except ConfigError:
-                continue
     return None

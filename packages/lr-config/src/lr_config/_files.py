@@ -7,8 +7,8 @@
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
 
-Readers use `load_training_step` / `load_run_status` / `read_metrics`, which refuse unknown
-keys and versions with a message naming the file.
+Readers use `load_training_step` / `load_run_status` / `read_metrics` (`parse_metrics_line`
+for one line), which refuse unknown keys and versions with a message naming the file.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "load_checksums",
     "load_run_status",
     "load_training_step",
+    "parse_metrics_line",
     "read_metrics",
     "save_checksums",
     "save_run_status",
@@ -162,13 +163,18 @@ def read_metrics(path: Path) -> list[MetricsRecord]:
     if not text.endswith("\n"):
         lines = lines[:-1]
     for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{number}: not valid JSON ({exc})") from None
-        if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
-            raise ConfigError(f"{path}:{number}: unsupported metrics record version")
-        records.append(from_dict(MetricsRecord, data, source=f"{path}:{number}"))
+        if line.strip():
+            records.append(parse_metrics_line(line, f"{path}:{number}"))
     return records
+
+
+def parse_metrics_line(line: str | bytes, where: str) -> MetricsRecord:
+    """One metrics.jsonl line as a record, strictly; a ConfigError naming `where` (file:line)
+    when it is not valid JSON, not this version's record, or has unknown or missing keys."""
+    try:
+        data = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
+        raise ConfigError(f"{where}: unsupported metrics record version")
+    return from_dict(MetricsRecord, data, source=where)
