@@ -233,8 +233,8 @@ class ChecksumCheck:
     Creating it (on every rank, no collective) reads checksums.json, checks this rank's
     share of the files for presence and size, and starts hashing them in background threads
     (hashlib and zlib-ng release the GIL), so the hashing overlaps the load that reads the
-    same files and each byte comes from the disk once. The files in `read_by_main` are the ones the
-    main rank reads whole and hashes as it reads them (`read_tensors`): they are nobody's
+    same files and each byte comes from the disk once. The files in `read_by_main` are the
+    ones the main rank reads whole and hashes as it reads them (`read_tensors`): they are nobody's
     share, and the loader hands their digests over with `record`. Files and folders in
     `unread` are ones this load does not read (the gathered weights when DCP shards are
     loaded instead, the optimizer's files when it is not loaded): they are left to `verify`.

@@ -7,8 +7,8 @@ straight into their destination.
 rank and agrees on failures itself); `load_dcp_tensor` / `iter_dcp_tensors` read whole
 tensors (one, or a batch of consecutive ones) in one process, for verify and for the
 converter (the layouts its own byte copy does not take, and the check before
-`--delete_dcp`). Callers must have passed
-the folder through `read_whole_dcp_metadata` first: only then may DCP unpickle it.
+`--delete_dcp`). Callers must have passed the folder through `read_whole_dcp_metadata`
+first: only then may DCP unpickle it.
 """
 
 from __future__ import annotations
