@@ -112,3 +112,6 @@ def test_trackio_logs_offline_without_printing_a_token_url(tmp_path, demo_datase
         counts = [db.execute(f'select count(*) from "{t}"').fetchone()[0] for t in tables]
     assert sum(counts) >= 2
     assert "write_token" not in proc.stdout + proc.stderr
+    # nothing was saved, and the closing line says so instead of naming a folder that is not there
+    assert not (out / "checkpoints").exists()
+    assert "done: no checkpoints (--save_checkpoint=false), metrics in" in proc.stdout

@@ -383,6 +383,6 @@ def train(cfg: TrainConfig, ctx: DistContext) -> Path:
     write_status(run, "stopped" if run.stopped else "finished", last)
     if cfg.policy.push_to_hub:
         checkpointing.publish(run)
-    log(ctx, f"done: checkpoints in {run.output_dir / 'checkpoints'}, metrics in {run.output_dir / 'metrics.jsonl'}, "
-             f"model in {run.output_dir / 'pretrained_model'}")
+    saved = f"checkpoints in {run.output_dir / 'checkpoints'}" if cfg.save_checkpoint else "no checkpoints (--save_checkpoint=false)"
+    log(ctx, f"done: {saved}, metrics in {run.output_dir / 'metrics.jsonl'}, model in {run.output_dir / 'pretrained_model'}")
     return run.output_dir
