@@ -65,7 +65,12 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
 
 
 def command_line(script: str, args: argparse.Namespace, flags: Sequence[str] = ()) -> str:
-    """The command that reproduces a section (the --out and --smoke flags shown when used)."""
+    """The command that reproduces a section (the --out and --smoke flags shown when used).
+    `tools/bench/gpu_device.sh` runs the scripts with the GPU machine's own python3 and
+    names itself in LR_BENCH_VIA: the section then shows that command."""
+    via = os.environ.get("LR_BENCH_VIA")
+    if via:
+        return via
     parts = ["uv", "run", "python", f"tools/bench/{script}"]
     if args.smoke:
         parts.append("--smoke")
@@ -121,10 +126,23 @@ def _version(dist_name: str) -> str:
     try:
         return version(dist_name)
     except PackageNotFoundError:
-        return "absent"
+        pass
+    if dist_name.startswith("lr-"):
+        # lr's packages run from their sources without being installed (tools/bench/gpu_device.sh)
+        import tomllib
+
+        pyproject = REPO / "packages" / dist_name / "pyproject.toml"
+        if pyproject.exists():
+            return str(tomllib.loads(pyproject.read_text())["project"]["version"]) + " (sources)"
+    return "absent"
 
 
 def _git_commit() -> str:
+    """HEAD, `+dirty` when tracked code differs from it; LR_BENCH_COMMIT where the tree is a
+    copy without git (the GPU machine of tools/bench/gpu_device.sh)."""
+    given = os.environ.get("LR_BENCH_COMMIT")
+    if given:
+        return given
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
         # BENCHMARKS.md is left out: an earlier section written in the same session does not change what is measured

@@ -69,7 +69,8 @@ def _section(res: dict[str, Any], args: argparse.Namespace) -> str:
         return (f"**Not measured in this run**: {res['skipped']}. On a machine with a CUDA GPU, this command fills the "
                 f"section: `uv run python tools/bench/gpu_throughput.py` (ACT at 10,560,322 parameters, bf16 autocast, "
                 f"batch sizes {args.batch_sizes}, engine loop and bare loop interleaved, samples/s and peak "
-                "`torch.cuda.max_memory_allocated`).")
+                "`torch.cuda.max_memory_allocated`); on a GPU machine without uv or network, "
+                "`bash tools/bench/gpu_device.sh run` (its header says how).")
     rows = res["rows"]
     out = []
     for batch in sorted({r["batch"] for r in rows}):
