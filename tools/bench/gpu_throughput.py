@@ -4,7 +4,8 @@
 
 Single process on `cuda:0`: the ACT of engine_overhead.py (10,560,322 parameters) with
 `--accelerator.mixed_precision=bf16` (autocast), AdamW, through the engine's loop and
-through the bare loop of `_act.py`, interleaved per batch size. samples/s is the steady
+through the bare loop of `_act.py`, interleaved per batch size, on the demo task generated
+with enough episodes for the largest batch (`_dataset`). samples/s is the steady
 state (first log window excluded); peak memory is `torch.cuda.max_memory_allocated`,
 reset before each run. Without CUDA it writes a section saying it was not measured and
 exits 0. `--device=cpu` runs the same code on the CPU (a check that the script works,
@@ -27,13 +28,35 @@ SCRIPT = Path(__file__).resolve()
 TITLE = "7. GPU: ACT bf16 throughput and peak memory (single process)"
 
 
-def _flags(args: argparse.Namespace, batch: int) -> list[str]:
+BATCHES_PER_EPOCH = 8  # at the largest batch size: the epoch boundary (a new sampler pass) stays a small part of a run
+
+
+def _flags(args: argparse.Namespace, batch: int, dataset: Path) -> list[str]:
     from _act import act_flags
 
     log_freq = 2 if args.smoke else args.log_freq
     steps = log_freq * (2 if args.smoke else 1 + args.windows)
     return [*act_flags(args.smoke), "--accelerator.mixed_precision=bf16", f"--batch_size={batch}", f"--steps={steps}",
-            f"--log_freq={log_freq}", "--save_checkpoint=false", f"--num_workers={args.num_workers}", f"--policy.device={args.device}"]
+            f"--log_freq={log_freq}", "--save_checkpoint=false", f"--num_workers={args.num_workers}", f"--policy.device={args.device}",
+            f"--dataset.root={dataset}"]
+
+
+def _dataset(root: Path, largest_batch: int) -> tuple[Path, int, int]:
+    """The demo task with enough episodes for BATCHES_PER_EPOCH batches of the largest size
+    (the shipped demo's 2040 frames hold no batch of 2048): (root, episodes, frames)."""
+    import json
+    import shutil
+
+    from lr_engine import make_demo_dataset
+
+    episodes = 40
+    while True:
+        make_demo_dataset(root, num_episodes=episodes)
+        frames = int(json.loads((root / "meta" / "info.json").read_text())["total_frames"])
+        if frames >= BATCHES_PER_EPOCH * largest_batch:
+            return root, episodes, frames
+        shutil.rmtree(root)
+        episodes = -(-episodes * BATCHES_PER_EPOCH * largest_batch // frames)  # episodes vary in length: checked again
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -44,9 +67,11 @@ def worker(args: argparse.Namespace) -> None:
         C.write_result(Path(args.result), {"skipped": "no CUDA device (torch.cuda.is_available() is False)"})
         C.finish_worker(0)
     rows: list[dict[str, Any]] = []
+    batches = [int(b) for b in args.batch_sizes.split(",")]
+    dataset, episodes, frames = _dataset(Path(args.tmp) / "dataset", max(batches))
     for repeat in range(args.repeats):
-        for batch in [int(b) for b in args.batch_sizes.split(",")]:
-            flags = _flags(args, batch)
+        for batch in batches:
+            flags = _flags(args, batch, dataset)
             for kind in ("engine", "bare") if repeat % 2 == 0 else ("bare", "engine"):
                 row: dict[str, Any] = {"repeat": repeat, "batch": batch, "kind": kind}
                 try:
@@ -60,7 +85,7 @@ def worker(args: argparse.Namespace) -> None:
                     torch.cuda.empty_cache()
                 rows.append(row)
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (code-path check, not a GPU measurement)"
-    C.write_result(Path(args.result), {"device": name, "rows": rows})
+    C.write_result(Path(args.result), {"device": name, "rows": rows, "episodes": episodes, "frames": frames})
     C.finish_worker(0)
 
 
@@ -88,7 +113,9 @@ def _section(res: dict[str, Any], args: argparse.Namespace) -> str:
         cells.append(C.spread(ratio) if ratio else "-")
         out.append(cells)
     return "\n".join([
-        f"Device: {res['device']}. {args.repeats} interleaved repeats; samples/s over the steady windows; memory in GB (10^9 bytes).",
+        f"Device: {res['device']}. {args.repeats} interleaved repeats; samples/s over the steady windows; memory in GB (10^9 bytes). "
+        f"Data: the demo task generated with {res['episodes']} episodes ({res['frames']:,} frames, at least {BATCHES_PER_EPOCH} "
+        f"batches of the largest size per epoch), {args.num_workers} DataLoader workers.",
         "",
         C.table(["batch", "engine samples/s", "engine peak GB", "bare samples/s", "bare peak GB", "engine / bare"], out),
     ])
