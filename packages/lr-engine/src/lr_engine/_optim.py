@@ -65,13 +65,21 @@ def global_grad_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 
 def clip_and_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
-    """The global gradient norm before clipping; clips in place when `max_norm > 0`."""
+    """The global gradient norm before clipping; clips in place when `max_norm > 0`.
+
+    The gradients (their local shards) are scaled in one `_foreach_mul_` per device and
+    dtype, with the coefficient cast to that dtype: the same products as one `mul_` per
+    gradient, in a few kernel launches instead of one per parameter tensor (a GPU step
+    of a small policy is bound by launches)."""
     norm = global_grad_norm(params)
     if max_norm > 0:
         coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for p in params:
             if p.grad is None:
                 continue
             local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
-            local.mul_(coef.to(local.device, local.dtype))
+            groups.setdefault((local.device, local.dtype), []).append(local)
+        for (device, dtype), grads in groups.items():
+            torch._foreach_mul_(grads, coef.to(device, dtype))
     return norm

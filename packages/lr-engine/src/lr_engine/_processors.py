@@ -35,6 +35,10 @@ class Normalizer:
     norm_map: dict[str, str]
     stats: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     inverse: bool = False
+    # the statistics as (a, b) on the device and dtype of the batches seen: copied once, not
+    # at every call (a copy from host memory to a GPU waits for the GPU's queued work)
+    _placed: dict[tuple[str, torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_dataset_stats(cls, features: dict[str, FeatureSpec], norm_map: dict[str, str], raw: dict[str, Any], *, inverse: bool = False) -> Normalizer:
@@ -59,14 +63,22 @@ class Normalizer:
             if key not in out:
                 continue
             x = out[key]
-            a, b = (st["mean"], st["std"]) if "mean" in st else (st["min"], st["max"])
-            a, b = a.to(x.device, x.dtype), b.to(x.device, x.dtype)
+            a, b = self._stats_for(key, x)
             if "mean" in st:
                 out[key] = x * (b + _EPS) + a if self.inverse else (x - a) / (b + _EPS)
             else:
                 scale = (b - a).clamp_min(_EPS)
                 out[key] = (x + 1) / 2 * scale + a if self.inverse else (x - a) / scale * 2 - 1
         return out
+
+    def _stats_for(self, key: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) or (min, max) of `key` on `x`'s device and in its dtype."""
+        where = (key, x.device, x.dtype)
+        if where not in self._placed:
+            st = self.stats[key]
+            a, b = (st["mean"], st["std"]) if "mean" in st else (st["min"], st["max"])
+            self._placed[where] = (a.to(x.device, x.dtype), b.to(x.device, x.dtype))
+        return self._placed[where]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {f"{key}.{name}": t.contiguous() for key, st in self.stats.items() for name, t in st.items()}
