@@ -201,7 +201,9 @@ def update(run: Run, step: int) -> None:
     if run.cfg.checkpoint_async:
         checkpointing.wait_for_background_copy()  # a background save copies the live state: let it finish
     sync_ignored_grads(run.model, run.plan, run.ctx.world_size)
-    params = [p for p in run.model.parameters() if p.requires_grad]
+    # the optimizer's parameters are the trainable ones, in model order (make_optimizer);
+    # listing them from its groups skips a walk of the module tree at every update
+    params = [p for group in run.optimizer.param_groups for p in group["params"]]
     _inject_test_fault(run, step)
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
