@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import json
 import os
 import signal
@@ -93,11 +94,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _next_status(run: Run, status: str, step: int, error: str | None = None) -> RunStatus:
+    run.status = replace(run.status, status=status, step=step, updated=_now(), error=error)  # type: ignore[arg-type]
+    return run.status
+
+
 def write_status(run: Run, status: str, step: int, error: str | None = None) -> None:
     if not run.ctx.is_main:
         return
-    run.status = replace(run.status, status=status, step=step, updated=_now(), error=error)  # type: ignore[arg-type]
-    save_run_status(run.output_dir / "run.json", run.status)
+    save_run_status(run.output_dir / "run.json", _next_status(run, status, step, error))
 
 
 def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
@@ -245,9 +250,8 @@ def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: in
     if reduced["local_loss"] is not None:
         with open(run.output_dir / f"metrics_rank{run.ctx.rank}.jsonl", "a") as f:
             f.write(json.dumps({"step": step, "loss": reduced["local_loss"]}) + "\n")
-    if sink is not None:
-        sink.write(record)
-        write_status(run, "running", step)
+    if sink is not None:  # the main rank: run.json follows the metrics line, in the sink's background thread
+        sink.write(record, then=functools.partial(save_run_status, run.output_dir / "run.json", _next_status(run, "running", step)))
     return MetricsWindow(device=run.ctx.device, started=window.ended)
 
 
@@ -279,6 +283,7 @@ def loop(run: Run) -> int:
     stream = batches(run)
     step = run.start_step
     stop = StopRequest.install()
+    failed = True
     try:
         for step in range(run.start_step + 1, cfg.steps + 1):
             run.current_step = step - 1
@@ -302,10 +307,11 @@ def loop(run: Run) -> int:
                 checkpointing.finish_pending(run)  # an async save is committed before "stopped ... (checkpoint saved)"
                 log(run.ctx, f"stopped at step {step} on request" + (" (checkpoint saved)" if cfg.save_checkpoint else ""))
                 break
+        failed = False
     finally:
         stop.uninstall()
         if sink is not None:
-            sink.close()
+            sink.close(failed=failed)  # the metrics and run.json writes in flight are done before anything else is written
     stop.drain()  # a partial last accumulation leaves one in flight; not on errors: a failed rank never posts it
     checkpointing.finish_pending(run)
     return step
