@@ -13,6 +13,7 @@ Order (the two-phase resume contract of ARCHITECTURE.md):
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import random
 import uuid
 from dataclasses import dataclass, replace
@@ -54,6 +55,22 @@ def holds_a_run(out: Path) -> bool:
     return any(not (entry.name == "logs" and entry.is_dir()) and entry.suffix != ".slurm" for entry in out.iterdir())
 
 
+def unusable_output(out: Path) -> str:
+    """Why `out` cannot be the run folder (what stands in the way), or "" when it is a folder
+    or can be made one: checked before anything is written, so that a bad --output_dir is a
+    clear refusal, not an OSError midway through start-up."""
+    probe = out
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        probe = probe.parent  # the nearest part of the path that is there
+    if not probe.is_dir():
+        where = "is" if probe == out else f"cannot be created: {probe} is"
+        return f"--output_dir: {out} {where} not a folder; choose another --output_dir"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        where = "is" if probe == out else f"cannot be created: {probe} is"
+        return f"--output_dir: {out} {where} not writable; choose another --output_dir"
+    return ""
+
+
 def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
     """Fill job_name/output_dir; refuse to reuse a run folder without --resume."""
     job = cfg.job_name or cfg.policy.type_name
@@ -61,8 +78,8 @@ def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
     decided: tuple[str, str] | None = None
     if ctx.is_main:
         out = cfg.output_dir or default_output_dir(cfg)
-        problem = ""
-        if not cfg.resume and holds_a_run(out):
+        problem = unusable_output(out)
+        if not problem and not cfg.resume and holds_a_run(out):
             what = "a run" if any((out / name).exists() for name in ("train_config.json", "checkpoints", "run.json")) else "files"
             problem = (
                 f"--output_dir: {out} already holds {what}; choose another --output_dir, or continue that run with "
