@@ -77,20 +77,23 @@ def test_write_section_replaces_its_own_section_and_keeps_the_others(tmp_path: P
     assert "third startup body" in _section(text, "startup")
 
 
+def _gpu_device_run(out: Path, runs: Path) -> subprocess.CompletedProcess[str]:
+    import os
+
+    cache = os.environ.get("LR_CACHE_DIR", str(Path.home() / ".cache" / "lr"))
+    env = _common.bench_env({"OUT": str(out), "LR_GPU_DEVICE": "cpu", "PYTHON": sys.executable, "LR_GPU_RUNS": str(runs),
+                             "LR_CACHE_DIR": cache, "LR_BENCH_COMMIT": "abc1234", "LR_GPU_WHEELS": str(out / "no-wheels")})
+    return subprocess.run(["bash", str(BENCH / "gpu_device.sh"), "run"], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
 @pytest.mark.multiprocess
 def test_gpu_device_script_runs_from_the_sources(tmp_path: Path) -> None:
     """tools/bench/gpu_device.sh, the one command a session with a lent GPU runs there, in its
     CPU dry-check mode: lr imported from packages/*/src through PYTHONPATH (the GPU machine
     has no uv), section 7 at the smoke size, then the engine's bf16 run, a resume from its
     checkpoint and an fp16 run."""
-    import os
-
     out = tmp_path / "out"
-    cache = os.environ.get("LR_CACHE_DIR", str(Path.home() / ".cache" / "lr"))
-    env = _common.bench_env({"OUT": str(out), "LR_GPU_DEVICE": "cpu", "PYTHON": sys.executable, "LR_GPU_RUNS": str(tmp_path / "runs"),
-                             "LR_CACHE_DIR": cache, "LR_BENCH_COMMIT": "abc1234",
-                             "LR_GPU_WHEELS": str(tmp_path / "no-wheels")})
-    proc = subprocess.run(["bash", str(BENCH / "gpu_device.sh"), "run"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = _gpu_device_run(out, tmp_path / "runs")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     section = _section((out / "BENCHMARKS.md").read_text(), "gpu_throughput")
     assert "- Command: `bash tools/bench/gpu_device.sh run`" in section and "(git abc1234)" in section
@@ -98,3 +101,16 @@ def test_gpu_device_script_runs_from_the_sources(tmp_path: Path) -> None:
     engine = (out / "engine.log").read_text()
     assert "identical: True" in engine and "engine checks: passed" in engine
     assert "done: no checkpoints (--save_checkpoint=false)" in engine
+
+
+@pytest.mark.multiprocess
+def test_gpu_device_script_fails_when_an_engine_check_fails(tmp_path: Path) -> None:
+    """A failed `lr-engine train` stops the checks and fails the command (the device run's
+    result must not say "passed" over a failure)."""
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "out"
+    proc = _gpu_device_run(out, tmp_path / "file" / "runs")  # no run folder can be made below a file
+    assert proc.returncode != 0
+    engine = (out / "engine.log").read_text()
+    assert "engine checks: FAILED (exit 2)" in engine and "engine checks: passed" not in engine
+    assert "== resumed" not in engine  # nothing ran after the failed command

@@ -36,6 +36,34 @@ print(" ".join(f"{name}=={lock[name]}" for name in sys.argv[1:]))' $PINNED)
     ls -l .whl
 }
 
+engine_checks() {  # python, runs folder, then the policy flags
+    local py=$1 runs=$2
+    shift 2
+    local act=("$@")
+    echo "== bf16 autocast, 20 steps, checkpoints at 10 and 20"
+    timeout 60 "$py" -m lr_engine.cli train "${act[@]}" --accelerator.mixed_precision=bf16 --steps=20 --save_freq=10 \
+        --output_dir=$runs/bf16
+    echo "== resumed from step 10 (its losses after step 10 are compared below with the uninterrupted run's)"
+    timeout 60 "$py" -m lr_engine.cli train --resume=true --config_path=$runs/bf16/checkpoints/000010 --output_dir=$runs/resumed
+    "$py" - "$runs" <<'EOF'
+import json, sys
+from pathlib import Path
+runs = Path(sys.argv[1])
+def losses(run):
+    lines = (runs / run / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+a, b = losses("bf16"), losses("resumed")
+pairs = {s: (a[s], b[s]) for s in sorted(b) if s in a and s > 10}
+assert pairs, f"no common logged step after 10: {sorted(a)} / {sorted(b)}"
+print("losses after step 10, uninterrupted vs resumed:", pairs)
+print("identical:", all(x == y for x, y in pairs.values()), "(CUDA kernels need not be deterministic: reported, not judged)")
+EOF
+    echo "== fp16 autocast with the loss scaler, 20 steps"
+    timeout 60 "$py" -m lr_engine.cli train "${act[@]}" --accelerator.mixed_precision=fp16 --steps=20 --save_checkpoint=false \
+        --output_dir=$runs/fp16
+    echo "engine checks: passed"
+}
+
 run() {
     local out=${OUT:-/tmp/lr-gpu-out} device=${LR_GPU_DEVICE:-cuda} py=${PYTHON:-python3}
     mkdir -p "$out"
@@ -70,30 +98,13 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
                --policy.n_decoder_layers=4 --policy.n_vae_encoder_layers=4 "--policy.device=$device" --batch_size=64 --log_freq=10)
     [ "$device" = cuda ] || act=(--policy.type=act --policy.dim_model=32 --policy.dim_feedforward=64 --policy.n_heads=2
                                  --policy.device=cpu --batch_size=8 --log_freq=10)
-    {
-        echo "== bf16 autocast, 20 steps, checkpoints at 10 and 20"
-        timeout 60 "$py" -m lr_engine.cli train "${act[@]}" --accelerator.mixed_precision=bf16 --steps=20 --save_freq=10 \
-            --output_dir=$runs/bf16
-        echo "== resumed from step 10 (its losses after step 10 are compared below with the uninterrupted run's)"
-        timeout 60 "$py" -m lr_engine.cli train --resume=true --config_path=$runs/bf16/checkpoints/000010 --output_dir=$runs/resumed
-        "$py" - "$runs" <<'EOF'
-import json, sys
-from pathlib import Path
-runs = Path(sys.argv[1])
-def losses(run):
-    lines = (runs / run / "metrics.jsonl").read_text().splitlines()
-    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
-a, b = losses("bf16"), losses("resumed")
-pairs = {s: (a[s], b[s]) for s in sorted(b) if s in a and s > 10}
-assert pairs, f"no common logged step after 10: {sorted(a)} / {sorted(b)}"
-print("losses after step 10, uninterrupted vs resumed:", pairs)
-print("identical:", all(x == y for x, y in pairs.values()), "(CUDA kernels need not be deterministic: reported, not judged)")
-EOF
-        echo "== fp16 autocast with the loss scaler, 20 steps"
-        timeout 60 "$py" -m lr_engine.cli train "${act[@]}" --accelerator.mixed_precision=fp16 --steps=20 --save_checkpoint=false \
-            --output_dir=$runs/fp16
-        echo "engine checks: passed"
-    } 2>&1 | tee "$log" || echo "engine checks: FAILED" | tee -a "$log"
+    # not `{ ...; } | tee || ...`: a list after || runs with `set -e` off, so a failed command
+    # inside would not stop the checks and "passed" would still be printed
+    set +e
+    (set -e; engine_checks "$py" "$runs" "${act[@]}") 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" = 0 ] || echo "engine checks: FAILED (exit $rc)" | tee -a "$log"
     ! grep -q ": FAILED" "$log" "$out/gpu_throughput.log"
 }
 
