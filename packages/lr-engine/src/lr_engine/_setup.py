@@ -108,18 +108,18 @@ def policy_horizon(cfg: TrainConfig) -> int:
 
 def resolve_features(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
     """Fill the dataset root and the policy's features (from --policy.path or the dataset)."""
+    policy = cfg.policy
+    if policy.path is not None:  # before the demo dataset may be generated: a bad path writes nothing
+        base = load_policy_config(policy.path)
+        if type(base) is not type(policy):
+            raise ConfigError(f"--policy.path: {policy.path} holds a {base.type_name!r} policy, but --policy.type is {policy.type_name!r}")
+        policy = replace(base, **{k: getattr(policy, k) for k in ("device", "path", "repo_id", "push_to_hub", "private", "license")})
     root = resolve_dataset_root(cfg.dataset, create_demo=ctx.is_main)
     if ctx.distributed:
         dist.barrier()  # the main rank may have generated the demo dataset
     from ._data.dataset import load_meta
 
     meta = load_meta(root)
-    policy = cfg.policy
-    if policy.path is not None:
-        base = load_policy_config(policy.path)
-        if type(base) is not type(policy):
-            raise ConfigError(f"--policy.path: {policy.path} holds a {base.type_name!r} policy, but --policy.type is {policy.type_name!r}")
-        policy = replace(base, **{k: getattr(policy, k) for k in ("device", "path", "repo_id", "push_to_hub", "private", "license")})
     if policy.input_features is None or policy.output_features is None:
         inputs, outputs = meta.policy_features()
         policy = replace(policy, input_features=inputs, output_features=outputs)

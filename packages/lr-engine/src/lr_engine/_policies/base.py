@@ -112,6 +112,8 @@ def save_pretrained(policy: Policy, directory: Path, state_dict: dict[str, torch
 
 def load_policy_config(directory: Path) -> PolicyConfigBase:
     path = Path(directory) / "config.json"
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise ConfigError(f"--policy.path: {directory} is a file; point it at a folder with config.json and model.safetensors")
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
