@@ -90,7 +90,15 @@ def resolve_dataset_root(cfg: DatasetConfig, *, create_demo: bool = True) -> Pat
             raise DatasetError(f"--dataset.root: {cfg.root} is not a LeRobot v3 dataset (no meta/info.json)")
         return Path(cfg.root)
     if cfg.repo_id == DEMO_REPO_ID:
-        return ensure_demo_dataset(cfg.repo_id) if create_demo else demo_root(cfg.repo_id)
+        if not create_demo:
+            return demo_root(cfg.repo_id)
+        try:
+            return ensure_demo_dataset(cfg.repo_id)
+        except OSError as exc:
+            raise DatasetError(
+                f"the demo dataset cannot be generated in {demo_root(cfg.repo_id)} ({exc.strerror or exc}: {exc.filename}); "
+                "set LR_CACHE_DIR to a writable folder, or pass --dataset.root=<a LeRobot v3 dataset>"
+            ) from None
     lerobot_home = Path(os.environ.get("HF_LEROBOT_HOME") or Path.home() / ".cache" / "huggingface" / "lerobot")
     candidates = [lerobot_home / cfg.repo_id, _hub_cache_snapshot(cfg.repo_id)]
     for path in candidates:
