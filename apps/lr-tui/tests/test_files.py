@@ -211,3 +211,17 @@ def test_start_training_runs_detached_records_the_launch_and_stop_signals_its_wh
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_command_line_refuses_a_file_as_a_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lr-tui FILE` exits 2 with a message (it showed a NotADirectoryError traceback inside
+    the app and exited 0); a folder that does not exist yet stays allowed (the run may start later)."""
+    from lr_tui._app import main
+
+    a_file = tmp_path / "run.json"
+    a_file.write_text("{}")
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "not-yet"), str(a_file)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"lr-tui: error: {a_file} is a file, not a run folder" in err and "Traceback" not in err

@@ -211,4 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("output_dir", nargs="*", type=Path, help="run folders to list in the Monitor (the first is watched)")
     parser.add_argument("--stop-grace", type=float, default=30.0, help="seconds from SIGINT to SIGTERM when stopping a run (default 30)")
     args = parser.parse_args(argv)
+    for run_dir in args.output_dir:  # a folder not made yet is fine: the Monitor waits for the run to start
+        if run_dir.exists() and not run_dir.is_dir():
+            parser.error(f"{run_dir} is a file, not a run folder; pass a run's output_dir (the folder of its run.json and metrics.jsonl)")
     LrApp(args.output_dir, stop_grace=args.stop_grace).run()
