@@ -62,11 +62,10 @@ def unusable_output(out: Path) -> str:
     probe = out
     while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
         probe = probe.parent  # the nearest part of the path that is there
+    where = "is" if probe == out else f"cannot be created: {probe} is"
     if not probe.is_dir():
-        where = "is" if probe == out else f"cannot be created: {probe} is"
         return f"--output_dir: {out} {where} not a folder; choose another --output_dir"
     if not os.access(probe, os.W_OK | os.X_OK):
-        where = "is" if probe == out else f"cannot be created: {probe} is"
         return f"--output_dir: {out} {where} not writable; choose another --output_dir"
     return ""
 
