@@ -94,10 +94,12 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
     # 2. lr-engine train on the device
     local log=$out/engine.log runs=${LR_GPU_RUNS:-/tmp/lr-gpu-runs}
     rm -rf "$runs"
-    local act=(--policy.type=act --policy.dim_model=256 --policy.dim_feedforward=1024 --policy.n_encoder_layers=4
-               --policy.n_decoder_layers=4 --policy.n_vae_encoder_layers=4 "--policy.device=$device" --batch_size=64 --log_freq=10)
-    [ "$device" = cuda ] || act=(--policy.type=act --policy.dim_model=32 --policy.dim_feedforward=64 --policy.n_heads=2
-                                 --policy.device=cpu --batch_size=8 --log_freq=10)
+    # the benchmarks' ACT (_act.py: about 10M parameters; its smoke size for the CPU dry check)
+    local smoke=False batch=64 act
+    [ "$device" = cuda ] || { smoke=True; batch=8; }
+    mapfile -t act < <("$py" -c "import sys; sys.path.insert(0, 'tools/bench'); import _act; print('\n'.join(_act.act_flags($smoke)))")
+    [ "${#act[@]}" -gt 0 ] || { echo "gpu_device.sh: no policy flags from tools/bench/_act.py" >&2; return 1; }
+    act+=("--policy.device=$device" "--batch_size=$batch" --log_freq=10)
     # not `{ ...; } | tee || ...`: a list after || runs with `set -e` off, so a failed command
     # inside would not stop the checks and "passed" would still be printed
     set +e
