@@ -232,6 +232,21 @@ def test_a_resume_writes_into_the_run_folder_that_holds_the_checkpoint(tmp_path:
     assert parse_train_config(["--resume=true", f"--config_path={tmp_path / 'preset.json'}"]).output_dir == Path("/elsewhere/old_run")
 
 
+def test_resume_is_asked_for_by_the_command_never_inherited_from_a_file(tmp_path: Path) -> None:
+    """A resumed run saves `"resume": true` in its checkpoints; loading that file without --resume
+    must start a new run (and so be refused by a folder holding a run), as for a run never resumed."""
+    run = tmp_path / "run"
+    step = run / "checkpoints" / "000004" / "pretrained_model"
+    step.mkdir(parents=True)
+    saved = to_dict(parse_train_config([f"--output_dir={run}"]))
+    saved["resume"] = True
+    save_json(step / "train_config.json", saved)
+    fresh = parse_train_config([f"--config_path={step / 'train_config.json'}", "--steps=50"])
+    assert fresh.resume is False and fresh.steps == 50 and fresh.output_dir == run
+    again = parse_train_config(["--resume=true", f"--config_path={step / 'train_config.json'}"])
+    assert again.resume is True and again.output_dir == run
+
+
 def test_switching_policy_type_over_a_config_file_keeps_where_it_runs_and_publishes(tmp_path: Path) -> None:
     saved = parse_train_config(["--policy.device=cpu", "--policy.path=/base", "--policy.repo_id=me/m", "--policy.chunk_size=20"])
     save_json(tmp_path / "train_config.json", to_dict(saved))

@@ -11,6 +11,10 @@
 Changing `--policy.type` swaps the policy block for the new type's defaults before the
 other `--policy.*` flags are merged, as LeRobot users expect.
 
+`resume` is only ever asked for on the command line: a file's `"resume": true` (every resumed
+run saves one in its checkpoints) is read as false, so `--config_path=<checkpoint>` without
+`--resume=true` starts a new run with those settings whatever the run's history was.
+
 A resume (`--resume=true`) writes into the run folder that holds the checkpoint named by
 `--config_path`, not into the `output_dir` its saved train_config.json names: that path may
 be stale (the run was moved or copied) or point anywhere. An explicit `--output_dir` wins.
@@ -188,6 +192,8 @@ def _base_dict(config_path: str | None) -> dict[str, Any]:
     cfg = load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
     data = to_dict(cfg)
     data["config_path"] = str(path)
+    # resuming is a request made by this command, not a setting a file passes on (module docstring)
+    data["resume"] = False
     return data
 
 
