@@ -30,6 +30,7 @@ __all__ = [
     "MetricsRecord",
     "RunStatus",
     "TrainingStep",
+    "holds_a_run",
     "load_checksums",
     "load_run_status",
     "load_training_step",
@@ -178,3 +179,13 @@ def parse_metrics_line(line: str | bytes, where: str) -> MetricsRecord:
     if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
         raise ConfigError(f"{where}: unsupported metrics record version")
     return from_dict(MetricsRecord, data, source=where)
+
+
+def holds_a_run(out: Path) -> bool:
+    """Whether the folder `out` is already in use: it holds anything but what a launcher writes
+    before the run starts (`logs/`, where lr-tui and Slurm send the output, and a `*.slurm`
+    script). `lr-engine train` refuses such a folder without --resume, and lr-tui too."""
+    out = Path(out)
+    if not out.is_dir():
+        return False
+    return any(not (entry.name == "logs" and entry.is_dir()) and entry.suffix != ".slurm" for entry in out.iterdir())

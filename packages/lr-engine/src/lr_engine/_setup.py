@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from lr_config import ConfigError, ParallelismConfig, TrainConfig, TrainingStep
+from lr_config import ConfigError, ParallelismConfig, TrainConfig, TrainingStep, holds_a_run
 from torch import nn
 
 from ._data.dataset import LeRobotDataset, resolve_dataset_root
@@ -45,14 +45,6 @@ def broadcast_object(value: Any, ctx: DistContext) -> Any:
 def default_output_dir(cfg: TrainConfig) -> Path:
     now = _dt.datetime.now()
     return Path("outputs") / "train" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{cfg.job_name}"
-
-
-def holds_a_run(out: Path) -> bool:
-    """A folder already in use: anything but what a launcher writes before the run starts
-    (`logs/`, where lr-tui and Slurm send the output, and a `*.slurm` script)."""
-    if not out.exists():
-        return False
-    return any(not (entry.name == "logs" and entry.is_dir()) and entry.suffix != ".slurm" for entry in out.iterdir())
 
 
 def unusable_output(out: Path) -> str:
