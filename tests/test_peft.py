@@ -1,4 +1,4 @@
-"""LoRA through the real engine: single process, FSDP2 and HSDP; adapter-only checkpoints
+"""LoRA through the real engine: single process, DDP, FSDP2 and HSDP; adapter-only checkpoints
 in every format; resume; conversion; the low-precision-base error."""
 
 from __future__ import annotations
@@ -100,6 +100,21 @@ def test_lora_resume_is_exact_on_the_same_topology_and_reshards_to_one(lora_runs
     ok(run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={config}", f"--output_dir={one}", "--batch_size=8",
                 "--parallelism.dp_replicate=1", "--parallelism.dp_shard=1", "--checkpoint_format=safetensors"]))
     assert losses(one) == pytest.approx(losses(lora_runs["fsdp"])[3:], rel=1e-5)
+
+
+def test_ddp_lora_saves_the_same_adapter_as_single_process(lora_runs: dict[str, Path], base: Path, tmp_path: Path,
+                                                           demo_dataset: Path) -> None:
+    """DDP names parameters `module.*`; the final adapter must still hold every trained tensor
+    (it was once written empty), equal to the single-process run's, as its checkpoint's is."""
+    out = tmp_path / "ddp"
+    ok(run_torchrun(2, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
+                        "--steps=6", "--batch_size=4", "--save_freq=6"]))
+    assert losses(out) == pytest.approx(losses(lora_runs["single"]), rel=1e-5)
+    single = load_file(str(lora_runs["single"] / "pretrained_model" / "adapter_model.safetensors"))
+    for folder in (out / "pretrained_model", out / "checkpoints" / "000006" / "pretrained_model"):
+        ddp = load_file(str(folder / "adapter_model.safetensors"))
+        assert ddp.keys() == single.keys() and len(ddp) > 0, folder
+        assert all(torch.allclose(ddp[k], single[k], rtol=1e-4, atol=1e-6) for k in single), folder
 
 
 def test_hsdp_lora_trains(base: Path, tmp_path: Path, demo_dataset: Path) -> None:

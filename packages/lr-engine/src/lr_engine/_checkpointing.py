@@ -107,7 +107,9 @@ def _write_pretrained_extras(run: Run) -> Any:
 
 
 def trainable_names(run: Run) -> set[str]:
-    return {name for name, p in run.model.named_parameters() if p.requires_grad}
+    """The trainable parameters' names as the gathered state dict spells them: from the policy,
+    not the wrapper (DDP's names carry a `module.` prefix that the state dict drops)."""
+    return {name for name, p in run.policy.named_parameters() if p.requires_grad}
 
 
 def scheduler_state(run: Run, step: int) -> dict[str, Any]:
@@ -176,6 +178,8 @@ def write_final_model(run: Run) -> None:
         if run.cfg.peft.method_type is not None:
             keep = trainable_names(run)
             state = {k: v for k, v in state.items() if k in keep}
+            if not state:  # never write an empty adapter that claims to be the trained model
+                raise RuntimeError(f"no trainable tensor of {sorted(keep)[:3]}... found in the gathered state dict")
             name = "adapter_model.safetensors"
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / name))
         _write_pretrained_extras(run)(tmp)
