@@ -127,6 +127,11 @@ def test_unknown_policy_type_suggests_the_closest() -> None:
         (["--num_workers=-1"], "--num_workers: must be >= 0, got -1"),
         (["--checkpoint_keep=-1"], "--checkpoint_keep: must be >= 0, got -1"),
         (["--accelerator.gradient_accumulation.steps=0"], "--accelerator.gradient_accumulation.steps: must be >= 1, got 0"),
+        (["--accelerator.gradient_accumulation.steps=8"],
+         "--save_freq: checkpoints are taken at optimizer updates, every 8 loop steps (--accelerator.gradient_accumulation.steps=8), "
+         "so it must be a multiple of 8, got 100; use --save_freq=96 or 104"),
+        (["--accelerator.gradient_accumulation.steps=4", "--steps=3", "--save_checkpoint=false"],
+         "--steps: must be >= --accelerator.gradient_accumulation.steps (4) for one optimizer update to happen, got 3"),
         (["--optimizer.lr=0"], "--optimizer.lr: must be > 0, got 0.0"),
         (["--optimizer.grad_clip_norm=-1"], "--optimizer.grad_clip_norm: must be >= 0, got -1.0"),
         (["--optimizer.betas=[0.9]"], "--optimizer.betas: expected two values in [0, 1), got [0.9]"),

@@ -42,6 +42,20 @@ def test_tiny_act_run_writes_the_documented_files_and_learns(tmp_path, demo_data
     assert (out / "checkpoints" / "000015" / "training_state" / "training_step.json").exists()
 
 
+def test_accumulation_saves_at_updates_and_the_final_checkpoint_is_the_last_update(tmp_path, demo_dataset):
+    """K=2, 7 steps: updates at 2, 4, 6; --save_freq=4 saves 4, and the last update (6) is the
+    final checkpoint (the run once ended without one when --steps was not a multiple of K)."""
+    out = tmp_path / "run"
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY,
+                    "--steps=7", "--save_freq=4", "--accelerator.gradient_accumulation.steps=2"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the last partial accumulation is not applied, and the final checkpoint is step 6" in proc.stdout
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["000004", "000006", "last"]
+    assert (out / "checkpoints" / "last").resolve() == (out / "checkpoints" / "000006").resolve()
+    step = json.loads((out / "checkpoints" / "000006" / "training_state" / "training_step.json").read_text())
+    assert step["step"] == 6 and step["optimizer_updates"] == 3
+
+
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, demo_dataset):
     out = tmp_path / "never"
     proc = run_cli(["lr_engine.cli", "train", "--dry_run=true", "--world_size=4", "--parallelism.dp_shard=-1",

@@ -65,6 +65,16 @@ def _scalar_rules(cfg: TrainConfig) -> list[str]:
     _positive(p, "num_workers", cfg.num_workers, 0)
     _positive(p, "checkpoint_keep", cfg.checkpoint_keep, 0)
     _positive(p, "accelerator.gradient_accumulation.steps", cfg.grad_accum_steps)
+    k = cfg.grad_accum_steps
+    if k > 1 and 1 <= cfg.steps < k:
+        p.append(f"--steps: must be >= --accelerator.gradient_accumulation.steps ({k}) for one optimizer update to happen, got {cfg.steps}")
+    if cfg.save_checkpoint and k > 1 and cfg.save_freq >= 1 and cfg.save_freq % k:
+        lower, higher = max(k, cfg.save_freq // k * k), -(-cfg.save_freq // k) * k
+        p.append(
+            f"--save_freq: checkpoints are taken at optimizer updates, every {k} loop steps "
+            f"(--accelerator.gradient_accumulation.steps={k}), so it must be a multiple of {k}, got {cfg.save_freq}; "
+            f"use --save_freq={lower}" + (f" or {higher}" if higher != lower else "")
+        )
     if cfg.optimizer.lr <= 0:
         p.append(f"--optimizer.lr: must be > 0, got {cfg.optimizer.lr}")
     if cfg.optimizer.grad_clip_norm < 0:

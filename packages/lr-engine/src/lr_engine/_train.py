@@ -149,7 +149,9 @@ def banner(run: Run) -> None:
     log(ctx, f"lr-engine: {cfg.policy.type_name} policy, {total:,} parameters ({trainable:,} trainable) on {ctx.device.type}")
     log(ctx, banner_line(cfg, ctx.topology))
     if cfg.steps % cfg.grad_accum_steps:
-        log(ctx, f"warning: --steps={cfg.steps} is not a multiple of the accumulation steps; the last partial accumulation is not applied")
+        last_update = cfg.steps - cfg.steps % cfg.grad_accum_steps
+        log(ctx, f"warning: --steps={cfg.steps} is not a multiple of the accumulation steps; the last partial accumulation is not applied"
+                 + (f", and the final checkpoint is step {last_update}" if cfg.save_checkpoint else ""))
     if run.plan is not None:
         log(ctx, f"FSDP units ({run.plan.source}): {len(run.plan.units)}" + (f"; ignored: {', '.join(run.plan.ignored)}" if run.plan.ignored else ""))
     log(ctx, f"dataset {cfg.dataset.root}: {len(run.data.dataset)} frames; output {run.output_dir}")
@@ -300,7 +302,9 @@ def loop(run: Run) -> int:
             stopping = last_micro and stop.agreed(run.ctx)
             if step % cfg.log_freq == 0 or step == cfg.steps or stopping:
                 window = log_step(run, window, sink, step)
-            if cfg.save_checkpoint and last_micro and (step % cfg.save_freq == 0 or step == cfg.steps or stopping):
+            # at updates only (--save_freq is a multiple of K); the final save is at the last update,
+            # which is before --steps when a partial accumulation ends the run (the banner says so)
+            if cfg.save_checkpoint and last_micro and (step % cfg.save_freq == 0 or step + K > cfg.steps or stopping):
                 checkpointing.save(run, step, training_step_record(run, step))
             if stopping:
                 run.stopped = True
