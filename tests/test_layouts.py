@@ -154,6 +154,10 @@ def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank(tmp_path: Path, demo
     before = load_file(str(hit / "checkpoints" / "000002" / "pretrained_model" / "model.safetensors"))
     after = load_file(str(hit / "checkpoints" / "000003" / "pretrained_model" / "model.safetensors"))
     assert all(torch.equal(before[k], after[k]) for k in before)
+    # the skip restarts the count of good steps towards the next growth of the scale, as GradScaler's own skip does
+    trackers = [json.loads((hit / "checkpoints" / f"00000{i}" / "training_state" / "scaler_state.json").read_text())["_growth_tracker"]
+                for i in (2, 3)]
+    assert trackers[0] >= 1 and trackers[1] == 0, trackers
 
 
 def test_no_wrap_units_fails_at_start_up_naming_the_options(tmp_path: Path, demo_dataset: Path) -> None:

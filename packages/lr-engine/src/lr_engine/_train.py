@@ -225,7 +225,11 @@ def update(run: Run, step: int) -> None:
         # The norm is global, so every rank takes this branch together; a per-rank found_inf
         # (what GradScaler.step uses) can disagree when only one shard overflowed.
         run.skipped_updates += 1
-        run.scaler.update(new_scale=run.scaler.get_scale() * run.scaler.get_backoff_factor())
+        backed_off = run.scaler.get_scale() * run.scaler.get_backoff_factor()
+        run.scaler.update(new_scale=backed_off)  # also clears this iteration's unscale_ records
+        # as GradScaler does on an overflow, the count of good steps towards the next growth
+        # restarts (update(new_scale=) keeps it), through its public state dict
+        run.scaler.load_state_dict({**run.scaler.state_dict(), "scale": backed_off, "_growth_tracker": 0})
     run.optimizer.zero_grad(set_to_none=True)
     run.updates += 1
 
