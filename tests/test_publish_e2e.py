@@ -4,12 +4,16 @@ the loopback Hub exactly once, from the main rank, byte-identical to the local p
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
 
-from _support.procs import run_torchrun
+from _support.procs import run_torchrun, subprocess_env
 
 pytestmark = pytest.mark.multiprocess
 
@@ -43,3 +47,33 @@ def test_fsdp2_run_publishes_once_from_the_main_rank(hub_server, tmp_path: Path,
             assert TOKEN.encode() not in path.read_bytes(), path
     assert TOKEN not in proc.stdout + proc.stderr
     assert json.loads((out / "run.json").read_text())["status"] == "finished"
+
+
+def test_a_run_stopped_early_publishes_where_it_stopped(hub_server, tmp_path: Path, demo_dataset: Path) -> None:
+    """SIGINT at some step S of 100000: the published card, training_step and folder name say S, not 100000."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}",
+            "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--steps=100000", "--batch_size=4",
+            "--log_freq=1", "--policy.push_to_hub=true", "--policy.repo_id=lr-tests/act-stopped", f"--hub.endpoint={hub_server.endpoint}"]
+    proc = subprocess.Popen(argv, env=subprocess_env({"HF_TOKEN": TOKEN, "HF_HUB_DISABLE_XET": "1"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    status = json.loads((out / "run.json").read_text())
+    stopped = status["step"]
+    assert status["status"] == "stopped" and 2 <= stopped < 100000
+    folders = list((out / "publish").iterdir())
+    assert len(folders) == 1 and folders[0].name.endswith(f"{stopped:06d}"), folders
+    uploaded = hub_server.files("lr-tests/act-stopped")
+    card = uploaded["README.md"].decode()
+    assert f"| steps | {stopped} loop steps (micro-batches per process) of 100000 planned |" in card
+    assert f"| samples seen | {stopped * 4} |" in card

@@ -193,7 +193,9 @@ def write_final_model(run: Run) -> None:
     barrier()
 
 
-def publish(run: Run) -> None:
+def publish(run: Run, step: int) -> None:
+    """Push the trained model as it is at loop step `step` (the last one run: earlier than
+    --steps after a stop), so that the card and training_step.json say where it stopped."""
     from lr_publish import default_publish_folder, publish_trained_model
 
     cfg = run.cfg
@@ -203,13 +205,13 @@ def publish(run: Run) -> None:
     url = publish_trained_model(
         run.model,
         train_config=cfg,
-        training_step=training_step_record(run, cfg.steps),
+        training_step=training_step_record(run, step),
         write_pretrained=_write_pretrained_extras(run),
         repo_id=cfg.policy.repo_id,
         private=cfg.policy.private,
         endpoint=cfg.hub.endpoint,
         revision=cfg.hub.revision,
-        folder=default_publish_folder(run.output_dir, cfg.policy.repo_id, cfg.steps),
+        folder=default_publish_folder(run.output_dir, cfg.policy.repo_id, step),
     )
     if url is not None and run.ctx.is_main:
         print(f"Model pushed to {url}", flush=True)

@@ -398,7 +398,7 @@ def train(cfg: TrainConfig, ctx: DistContext) -> Path:
         raise
     write_status(run, "stopped" if run.stopped else "finished", last)
     if cfg.policy.push_to_hub:
-        checkpointing.publish(run)
+        checkpointing.publish(run, last)
     saved = f"checkpoints in {run.output_dir / 'checkpoints'}" if cfg.save_checkpoint else "no checkpoints (--save_checkpoint=false)"
     log(ctx, f"done: {saved}, metrics in {run.output_dir / 'metrics.jsonl'}, model in {run.output_dir / 'pretrained_model'}")
     return run.output_dir
