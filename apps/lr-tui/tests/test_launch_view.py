@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import stat
 import sys
 from pathlib import Path
 
 import pytest
-from tui_support import app_ready, wait_until
+from tui_support import app_ready, make_checkpoint, notices, point_last, wait_until, write_run_status
 
-from lr_config import LaunchSpec, build_launch, format_command, parse_train_config
+from lr_config import LaunchSpec, Topology, build_launch, format_command, parse_train_config, save_json, to_dict
 from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._app import LrApp
+from lr_tui._run_control import read_launch_record
+from lr_tui._screens.prompt import TextPrompt
 from lr_tui._views.launch import LaunchView
 from lr_tui._widgets.form_row import FormRow
 from lr_tui._widgets.text_panel import TextPanel
@@ -165,13 +169,21 @@ write_metrics(out / "metrics.jsonl", [5, 10, 15])
 write_run_status(out, step=15, steps=50)
 """
 
+STILL_RUNNING = "import time\ntime.sleep(300)\n"
+"""Appended to FAKE_TORCHRUN: the launch keeps running after its metrics."""
 
-async def test_run_starts_the_command_detached_and_opens_its_monitor(tmp_path, monkeypatch):
+
+def install_fake_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str = FAKE_TORCHRUN) -> None:
+    """Launches run `script` (formatted as FAKE_TORCHRUN) where they would run torchrun."""
     fake = tmp_path / "bin" / "torchrun"
     fake.parent.mkdir()
-    fake.write_text(FAKE_TORCHRUN.format(python=sys.executable, support=str(Path(__file__).parent)))
+    fake.write_text(script.format(python=sys.executable, support=str(Path(__file__).parent)))
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setattr(cli_tasks, "resolve_executable", lambda name: str(fake) if name == "torchrun" else name)
+
+
+async def test_run_starts_the_command_detached_and_opens_its_monitor(tmp_path, monkeypatch):
+    install_fake_torchrun(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     app = LrApp(plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
@@ -239,3 +251,130 @@ async def test_presets_save_and_load_a_train_config_json(tmp_path, monkeypatch):
         view = app.query_one(LaunchView)
         assert view.rows["steps"].value == "123" and view.rows["extra"].value == "--log_freq=7"
         assert view.plan.cfg is not None and view.plan.cfg.steps == 123
+
+
+async def test_run_refuses_a_folder_where_a_run_runs_or_that_holds_one(tmp_path, monkeypatch):
+    install_fake_torchrun(tmp_path, monkeypatch, FAKE_TORCHRUN + STILL_RUNNING)
+    monkeypatch.chdir(tmp_path)
+    app = LrApp(plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        await type_into(pilot, "output_dir", "run")
+        await pilot.press("ctrl+r")
+        monitor = app.monitor_view
+        await wait_until(pilot, lambda: len(monitor.records) == 3, what="the launched run's metrics")
+        first = monitor.process
+        assert first is not None and app.query_one("#views").active == "monitor"
+        try:
+            log = tmp_path / "run" / "logs" / "launch.log"
+            assert log.read_text().count("fake torchrun") == 1
+
+            await pilot.press("1")  # the output dir field still says "run"
+            await pilot.pause()
+            await pilot.press("ctrl+r")
+            await pilot.pause()
+            assert notices(app, "error") == [
+                "Not started: a run is still running in run. Stop it in the Monitor (x), or choose another output dir."
+            ]
+            assert app.query_one("#views").active == "launch" and monitor.process is first
+            record = read_launch_record(Path("run"))
+            assert record is not None and record.pid == first.pid  # the Monitor still follows the first launch
+            assert log.read_text().count("fake torchrun") == 1
+
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=60)
+            app.clear_notifications()
+            await pilot.press("ctrl+r")  # nothing runs there now, but it holds the run's files
+            await pilot.pause()
+            assert notices(app, "error") == [
+                "Not started: run already holds a run. Choose another output dir, or resume it (Monitor: r)."
+            ]
+            app.launch_view.rows["launcher"].set_value("slurm")
+            await pilot.pause()
+            app.clear_notifications()
+            await pilot.press("ctrl+r")  # nor is a Slurm script written into it
+            await pilot.pause()
+            assert notices(app, "error") == [
+                "Not started: run already holds a run. Choose another output dir, or resume it (Monitor: r)."
+            ]
+            assert not (tmp_path / "run" / "train.slurm").exists()
+            assert log.read_text().count("fake torchrun") == 1 and read_launch_record(Path("run")) == record
+        finally:  # the first launch, and a second one should it have started
+            for pid in {first.pid, getattr(read_launch_record(Path("run")), "pid", first.pid)}:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            first.wait(timeout=60)
+
+
+async def test_a_resume_typed_in_more_flags_continues_in_its_run_folder(tmp_path, monkeypatch):
+    install_fake_torchrun(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    run = Path("runs/A")
+    make_checkpoint(run, 100, topology=Topology(world_size=1, dp_replicate=1, dp_shard=1))
+    point_last(run, 100)
+    write_run_status(run, status="stopped", step=100, steps=300)
+    app = LrApp(plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        await type_into(pilot, "extra", "t", keep="--resume=true --config_path=runs/A/checkpoints/las")
+        await pilot.pause()
+        assert "--output_dir=runs/A" in panel_text(app, "#preview")
+        await pilot.press("ctrl+r")  # the folder holds a run, but this command resumes it
+        await pilot.pause()
+        monitor = app.monitor_view
+        assert app.query_one("#field-output_dir").value == ""
+        assert monitor.run_dir == run and monitor.process is not None
+        assert monitor.process.wait(timeout=60) == 0
+        argv = json.loads((tmp_path / run / "logs" / "launch.log").read_text().splitlines()[0].removeprefix("fake torchrun "))
+        assert "--output_dir=runs/A" in argv and "--resume=true" in argv
+        assert not (tmp_path / "outputs").exists()
+
+
+async def test_save_preset_never_overwrites_and_a_failed_write_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    saved = make_checkpoint(Path("run"), 100) / "pretrained_model" / "train_config.json"
+    before = saved.read_text()
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        await type_into(pilot, "steps", "123")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        for existing in (str(saved), "run"):  # a checkpoint's config, a folder
+            await pilot.press("ctrl+a", "ctrl+k", *existing, "enter")
+            await pilot.pause()
+            assert isinstance(app.screen, TextPrompt)
+            assert str(app.screen.query_one("#prompt-error").render()) == f"{existing}: already exists; choose a new file name"
+        assert saved.read_text() == before
+
+        await pilot.press("ctrl+a", "ctrl+k", *f"{saved}/p.json", "enter")  # below a file: the write fails
+        await pilot.pause()
+        assert not isinstance(app.screen, TextPrompt)
+        [error] = notices(app, "error")
+        assert error.startswith("Could not save the preset: ") and str(saved) in error
+
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        await pilot.press("ctrl+a", "ctrl+k", *"p.json", "enter")
+        await pilot.pause()
+        assert json.loads((tmp_path / "p.json").read_text())["steps"] == 123 and "Saved preset p.json" in notices(app)
+
+
+async def test_loading_a_preset_whose_config_path_is_gone_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_json(tmp_path / "base.json", to_dict(parse_train_config(["--steps=77"])))
+    save_json(tmp_path / "preset.json", to_dict(parse_train_config(["--config_path=base.json", "--seed=5"])))
+    (tmp_path / "base.json").unlink()  # as for a config_path relative to another folder
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        view = app.query_one(LaunchView)
+        before = view.values()
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("ctrl+a", "ctrl+k", *"preset.json", "enter")
+        await pilot.pause()
+        assert notices(app, "error") == ["--config_path: base.json does not exist (expected a train_config.json or a checkpoint folder)"]
+        assert view.values() == before

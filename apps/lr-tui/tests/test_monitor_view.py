@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import stat
+import sys
 from pathlib import Path
 
 import pytest
-from tui_support import app_ready, metrics_line, wait_until, write_metrics, write_run_status
+from tui_support import app_ready, make_checkpoint, metrics_line, notices, point_last, wait_until, write_metrics, write_run_status
 
+from lr_config import Topology
+from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._app import LrApp
+from lr_tui._cli_tasks import start_training
+from lr_tui._run_control import read_launch_record
+from lr_tui._screens.resume import ResumeScreen
 from lr_tui._views.monitor import MonitorView
 from lr_tui._widgets.metric_chart import MetricChart
 from lr_tui._widgets.text_panel import TextPanel
@@ -103,3 +112,34 @@ async def test_open_a_run_folder_by_keyboard(tmp_path, monkeypatch):
         monitor = app.monitor_view
         await wait_until(pilot, lambda: len(monitor.records) == 1, what="the opened run")
         assert monitor.run_dir == Path("r")
+
+
+async def test_resume_refuses_a_run_that_started_while_its_screen_was_open(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "torchrun"  # stands in for torchrun, should the resume start
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nprint('fake torchrun')\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(cli_tasks, "resolve_executable", lambda name: str(fake) if name == "torchrun" else name)
+    run = tmp_path / "run"
+    make_checkpoint(run, 100, topology=Topology(world_size=1, dp_replicate=1, dp_shard=1))
+    point_last(run, 100)
+    write_run_status(run, status="stopped", step=100, steps=300)
+    app = LrApp(run, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        monitor = app.monitor_view
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ResumeScreen), what="the resume screen")
+        # meanwhile the run starts again elsewhere (another lr-tui, say)
+        other = start_training([sys.executable, "-c", "import time; time.sleep(300)"], run)
+        try:
+            await pilot.press("ctrl+r")
+            await pilot.pause()
+            assert not isinstance(app.screen, ResumeScreen)
+            assert notices(app, "error") == [f"Not resumed: a run is still running in {run}. Stop it first (x)."]
+            record = read_launch_record(run)
+            assert monitor.process is None and record is not None and record.pid == other.pid
+            assert "fake torchrun" not in (run / "logs" / "launch.log").read_text()
+        finally:
+            os.killpg(other.pid, signal.SIGKILL)
+            other.wait(timeout=60)

@@ -207,6 +207,11 @@ def tables_settled(app) -> bool:  # type: ignore[no-untyped-def]
     return all(not table._require_update_dimensions and not table._updated_cells for table in app.screen.query(DataTable))
 
 
+def notices(app, severity: str | None = None) -> list[str]:  # type: ignore[no-untyped-def]
+    """The messages of the app's notifications still shown (of one severity, if given)."""
+    return [n.message for n in app._notifications if severity is None or n.severity == severity]
+
+
 async def app_ready(pilot) -> None:  # type: ignore[no-untyped-def]
     """Wait until every view is mounted (the hidden ones mount lazily, after the first frame)."""
     app = pilot.app

@@ -5,7 +5,8 @@ work): the command preview, the effective batch and the problem lines next to th
 they name update at once. The plan (`lr-engine train --dry_run=true --world_size=N ...`)
 runs as a subprocess in an exclusive worker, debounced, so typing never waits for it; a
 newer plan cancels (and kills) an older one. Run starts the command detached and posts
-`LaunchView.Launched` with the run folder.
+`LaunchView.Launched` with the run folder; it refuses a folder where a run still runs, and
+(unless the command resumes) one that already holds a run, as `lr-engine train` would.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lr_config import (
     ConfigError,
     LaunchSpec,
     TrainConfig,
+    holds_a_run,
     load_json,
     save_json,
     to_dict,
@@ -35,6 +37,7 @@ from lr_config import (
 from .._cli_tasks import plan_argv, run_streaming, start_training
 from .._keymap import LAUNCH_BINDINGS
 from .._launch_form import FIELDS, GENERAL, LaunchPlan, default_output_dir, default_values, evaluate, values_from_config
+from .._run_state import run_liveness
 from .._screens.prompt import TextPrompt
 from .._widgets.choice import Choice
 from .._widgets.form_row import FormRow
@@ -186,11 +189,21 @@ class LaunchView(Horizontal):
         self.notify("Copied the Slurm script." if self.plan.mode == "slurm" else "Copied the launch command.")
 
     def _plan_with_output_dir(self) -> LaunchPlan:
-        rows = self.rows
-        if not rows["output_dir"].value.strip() and self.plan.cfg is not None:
-            rows["output_dir"].set_value(str(default_output_dir(self.plan.cfg, datetime.now())))
+        """The plan with an output dir: a fresh default one unless the settings name one (the
+        field, a flag, or a resume's `--config_path`, which continues in its run folder)."""
+        if self.plan.cfg is not None and self.plan.cfg.output_dir is None:
+            self.rows["output_dir"].set_value(str(default_output_dir(self.plan.cfg, datetime.now())))
             self.refresh_plan()
         return self.plan
+
+    def _unusable_output_dir(self, cfg: TrainConfig, output_dir: Path) -> str | None:
+        """Why the run must not start in `output_dir`, or None: a run still running there would
+        have its launch log and record taken over, and a new run would mix with a finished one."""
+        if run_liveness(output_dir).alive:
+            return f"Not started: a run is still running in {output_dir}. Stop it in the Monitor (x), or choose another output dir."
+        if not cfg.resume and holds_a_run(output_dir):
+            return f"Not started: {output_dir} already holds a run. Choose another output dir, or resume it (Monitor: r)."
+        return None
 
     def action_run(self) -> None:
         plan = self._plan_with_output_dir()
@@ -198,6 +211,10 @@ class LaunchView(Horizontal):
             self.notify("Fix the settings first.", severity="warning")
             return
         output_dir = plan.cfg.output_dir
+        problem = self._unusable_output_dir(plan.cfg, output_dir)
+        if problem:
+            self.notify(problem, severity="error", timeout=10)
+            return
         if plan.mode == "slurm":
             path = self._write_slurm_script(plan.preview, output_dir)
             self.notify(f"Saved {path}. Submit it with: sbatch {path}")
@@ -224,12 +241,23 @@ class LaunchView(Horizontal):
             self.notify("Fix the settings first: the preset is the parsed TrainConfig.", severity="warning")
             return
 
-        def save(path: str | None) -> None:
-            if path:
-                save_json(Path(path), to_dict(cfg))
-                self.notify(f"Saved preset {path}")
+        def check(path: str) -> str | None:
+            target = Path(path)
+            exists = target.exists() or target.is_symlink()
+            return f"{path}: already exists; choose a new file name" if exists else None
 
-        self.app.push_screen(TextPrompt("Save the settings as a TrainConfig JSON", "lr_preset.json"), save)
+        def save(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                save_json(Path(path), to_dict(cfg))
+            except OSError as exc:
+                self.notify(f"Could not save the preset: {exc}", severity="error", timeout=10)
+                return
+            self.notify(f"Saved preset {path}")
+
+        prompt = TextPrompt("Save the settings as a TrainConfig JSON (a new file)", "lr_preset.json", check=check)
+        self.app.push_screen(prompt, save)
 
     def action_load_preset(self) -> None:
         def check(path: str) -> str | None:
@@ -240,11 +268,13 @@ class LaunchView(Horizontal):
                 return
             try:
                 cfg = load_json(Path(path), TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+                # rebuilding the flags reads cfg.config_path's file, which may be gone (a path
+                # saved relative to another folder)
+                values = values_from_config(cfg, self.plan.spec or LaunchSpec(), self.plan.mode)
             except ConfigError as exc:
                 self.notify(str(exc), severity="error", timeout=10)
                 return
-            spec = self.plan.spec or LaunchSpec()
-            self.set_values(values_from_config(cfg, spec, self.plan.mode))
+            self.set_values(values)
             self.notify(f"Loaded preset {path}")
 
         prompt = TextPrompt("Load a TrainConfig JSON (a preset or a checkpoint's train_config.json)", "lr_preset.json", check=check)

@@ -16,7 +16,7 @@ Stop (x) asks first, then sends SIGINT (lr-engine stops at the next update, or t
 after, and saves a final checkpoint) and SIGTERM after `stop_grace` seconds if anything
 still runs; x again sends the next signal at once (SIGTERM, then SIGKILL). Resume (r) opens
 the resume screen for `checkpoints/last` and launches the command it builds, detached, into
-the same folder.
+the same folder, unless a run has started there while the screen was open.
 """
 
 from __future__ import annotations
@@ -390,6 +390,9 @@ class MonitorView(Vertical):
         self.app.push_screen(ResumeScreen(run_dir, step_dir, spec, fixed), launch)
 
     def _launch_resume(self, run_dir: Path, argv: list[str]) -> None:
+        if run_liveness(run_dir).alive:  # started while the resume screen was open
+            self.notify(f"Not resumed: a run is still running in {run_dir}. Stop it first (x).", severity="error", timeout=10)
+            return
         try:
             process = start_training(argv, run_dir, stop_grace=self.stop_grace)
         except OSError as exc:
