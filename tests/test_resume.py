@@ -162,3 +162,29 @@ def test_resume_onto_another_topology_continues_the_loss(sources: dict[str, Path
     (ma, _), (mb, _) = final_state(base), final_state(moved)
     for key in ma:
         torch.testing.assert_close(mb[key], ma[key], rtol=1e-4, atol=1e-5)
+
+
+def test_changed_optimizer_settings_and_seed_apply_on_resume_and_are_listed(sources: dict[str, Path], root: Path) -> None:
+    """The loaded optimizer state brings back the saved groups' hyper-parameters; the command's
+    flags must win (as train_config.json will say), and the warning lists them and the seed."""
+    nproc, flags = LAYOUTS["single"]
+    out = root / "changed-optimizer"
+    config = sources["single"] / "checkpoints" / "000004" / "pretrained_model" / "train_config.json"
+    printed = launch(nproc, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={out}", *flags,
+                             "--optimizer.weight_decay=0.5", "--optimizer.eps=1e-06", "--seed=7"])
+    warning = next(line for line in printed.splitlines() if line.startswith("warning: resuming"))
+    assert "seed 1000 -> 7" in warning and "optimizer.weight_decay 0.0001 -> 0.5" in warning and "optimizer.eps 1e-08 -> 1e-06" in warning
+    assert "not sample-exact (the data order follows --seed)" in warning
+    groups = json.loads((out / "checkpoints" / "000008" / "training_state" / "optimizer_param_groups.json").read_text())
+    assert groups and all(g["weight_decay"] == 0.5 and g["eps"] == 1e-06 for g in groups["param_groups"]), groups
+    saved = json.loads((out / "checkpoints" / "000008" / "pretrained_model" / "train_config.json").read_text())
+    assert saved["optimizer"]["weight_decay"] == 0.5 and saved["seed"] == 7
+
+
+def test_a_changed_optimizer_type_is_refused_before_anything_is_written(sources: dict[str, Path], root: Path) -> None:
+    out = root / "changed-type"
+    config = sources["single"] / "checkpoints" / "000004" / "pretrained_model" / "train_config.json"
+    proc = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={config}", f"--output_dir={out}", "--optimizer.type=sgd"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--optimizer.type:" in proc.stderr and "resume with --optimizer.type=adamw" in proc.stderr
+    assert not out.exists()

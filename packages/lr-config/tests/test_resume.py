@@ -87,7 +87,15 @@ def test_resume_config_merges_overrides_over_the_saved_file(tmp_path):
     ],
 )
 def test_sample_exact_when_batch_times_dp_world_is_unchanged(saved_batch, saved_dp, batch, dp_replicate, dp_shard, exact):
-    saved = TrainingStep(step=100, batch_size=saved_batch, dp_world_size=saved_dp)
-    cfg = parse_train_config([f"--batch_size={batch}"])
+    saved = TrainingStep(step=100, batch_size=saved_batch, dp_world_size=saved_dp, seed=1000)
+    cfg = parse_train_config([f"--batch_size={batch}", "--seed=1000"])
     topo = Topology(world_size=dp_replicate * dp_shard, dp_replicate=dp_replicate, dp_shard=dp_shard)
     assert resume_is_sample_exact(saved, cfg, topo) is exact
+
+
+def test_a_new_seed_is_never_sample_exact() -> None:
+    """The order of every epoch follows the seed: the same batch with another seed replays other samples."""
+    saved = TrainingStep(step=100, batch_size=8, dp_world_size=1, seed=1000)
+    topo = Topology(world_size=1, dp_replicate=1, dp_shard=1)
+    assert resume_is_sample_exact(saved, parse_train_config(["--batch_size=8", "--seed=1000"]), topo) is True
+    assert resume_is_sample_exact(saved, parse_train_config(["--batch_size=8", "--seed=7"]), topo) is False

@@ -142,7 +142,7 @@ def _resume_changed(match: re.Match[str]) -> tuple[str, str]:
         return f"resumed with changed settings: {changes}", "the data position is exact; check the changed layout is what you meant"
     return (
         f"resumed with changed settings: {changes} (not sample-exact)",
-        "batch_size x dp_world_size changed, so the data order differs from the saved run; keep it equal for an exact resume",
+        "batch_size x dp_world_size or the seed changed, so the data order differs from the saved run; keep both equal for an exact resume",
     )
 
 

@@ -85,6 +85,8 @@ def describe_exactness(step_dir: Path, spec: LaunchSpec, overrides: list[str]) -
     after = f"{cfg.batch_size} x dp {topo.dp_world_size}"
     if resume_is_sample_exact(ts, cfg, topo):
         return f"sample-exact: yes (batch {after} = {cfg.batch_size * topo.dp_world_size}, as saved)"
+    if ts.seed != cfg.seed:
+        return f"sample-exact: no (seed {ts.seed} -> {cfg.seed}: the data order follows the seed); resumes at the same epoch and offset"
     return f"sample-exact: no (batch {before} -> {after}); resumes at the right epoch and offset"
 
 

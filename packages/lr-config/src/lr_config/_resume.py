@@ -61,4 +61,5 @@ def build_resume_launch(spec: LaunchSpec, step_dir: Path, overrides: list[str] |
 
 def resume_is_sample_exact(training_step: TrainingStep, cfg: TrainConfig, topology: Topology) -> bool:
     """True when the resumed run consumes the global sample order exactly as the saved one did."""
-    return training_step.batch_size * training_step.dp_world_size == cfg.batch_size * topology.dp_world_size
+    same_batch = training_step.batch_size * training_step.dp_world_size == cfg.batch_size * topology.dp_world_size
+    return same_batch and training_step.seed == cfg.seed  # the order of every epoch follows the seed

@@ -27,8 +27,9 @@ from lr_checkpoint import (
     wait_for_pending_save,
     wait_for_staging,
 )
-from lr_config import ConfigError, TrainConfig, TrainingStep, save_json, to_dict
+from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json, save_json, to_dict
 
+from ._optim import apply_hyperparameters
 from ._parallel.dist import DistContext, barrier
 from ._policies.base import policy_config_dict
 from ._processors import save_processors
@@ -43,6 +44,8 @@ SCHEDULER_STATE_VERSION = 1
 class Resume:
     step_dir: Path
     state: ResumeState
+    saved_config: TrainConfig
+    """The checkpoint's own train_config.json: the settings its state was trained with."""
 
     @property
     def training_step(self) -> TrainingStep:
@@ -53,7 +56,14 @@ def read_resume(cfg: TrainConfig) -> Resume:
     """Phase 1: which checkpoint, and its step, schedule and scaler state (no collectives)."""
     assert cfg.config_path is not None
     step_dir = resolve_step_dir(cfg.config_path)
-    return Resume(step_dir=step_dir, state=read_resume_state(step_dir))
+    saved = load_json(step_dir / "pretrained_model" / "train_config.json", TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    if saved.optimizer.type != cfg.optimizer.type:
+        raise ConfigError(
+            f"--optimizer.type: {step_dir} holds the state of a {saved.optimizer.type} optimizer, which cannot continue as "
+            f"{cfg.optimizer.type}; resume with --optimizer.type={saved.optimizer.type}, or start a new run from its weights "
+            f"with --policy.path={step_dir / 'pretrained_model'}"
+        )
+    return Resume(step_dir=step_dir, state=read_resume_state(step_dir), saved_config=saved)
 
 
 def restore_rng_or_warn(resume: Resume, ctx: DistContext) -> None:
@@ -64,6 +74,7 @@ def restore_rng_or_warn(resume: Resume, ctx: DistContext) -> None:
 def load_state(run: Run, resume: Resume) -> None:
     """Phase 2, after wrapping: weights and optimizer resharded onto this layout; the scaler."""
     load_model_and_optimizer(resume.step_dir, run.model, run.optimizer)
+    apply_hyperparameters(run.optimizer, run.cfg.optimizer)  # the loaded groups hold the saved values
     sched = resume.state.scheduler_state
     if sched.get("version") != SCHEDULER_STATE_VERSION:
         raise ConfigError(f"{resume.step_dir / 'training_state' / 'scheduler_state.json'}: unsupported version {sched.get('version')!r}")
@@ -71,8 +82,10 @@ def load_state(run: Run, resume: Resume) -> None:
         run.scaler.load_state_dict(resume.state.scaler_state)
 
 
-def changed_settings(old: TrainingStep, new: TrainingStep) -> list[str]:
-    pairs = [
+def changed_settings(old: TrainingStep, new: TrainingStep, old_cfg: TrainConfig | None = None, new_cfg: TrainConfig | None = None) -> list[str]:
+    """What differs from the checkpoint: the layout and batch (training_step.json) and, given
+    both configs, the optimizer, schedule and seed settings (the new values apply)."""
+    pairs: list[tuple[str, Any, Any]] = [
         ("batch_size", old.batch_size, new.batch_size),
         ("grad_accum", old.grad_accum, new.grad_accum),
         ("dp_world_size", old.dp_world_size, new.dp_world_size),
@@ -80,16 +93,26 @@ def changed_settings(old: TrainingStep, new: TrainingStep) -> list[str]:
         ("layout", old.topology.layout, new.topology.layout),
         ("nodes", old.topology.nnodes, new.topology.nnodes),
         ("precision", old.precision, new.precision),
+        ("seed", old.seed, new.seed),
     ]
+    if old_cfg is not None and new_cfg is not None:
+        for group in ("optimizer", "scheduler"):
+            before, after = to_dict(getattr(old_cfg, group)), to_dict(getattr(new_cfg, group))
+            pairs += [(f"{group}.{key}", before[key], after[key]) for key in after if key in before]
     return [f"{name} {a} -> {b}" for name, a, b in pairs if a != b]
 
 
 def warn_changed_settings(run: Run, resume: Resume) -> None:
     from ._train import training_step_record
 
-    changes = changed_settings(resume.training_step, training_step_record(run, run.start_step))
+    changes = changed_settings(resume.training_step, training_step_record(run, run.start_step), resume.saved_config, run.cfg)
     if changes and run.ctx.is_main:
-        exact = "exact" if run.data.exact_position else "not sample-exact (batch_size x dp_world_size changed): continuing at the same epoch, next step boundary"
+        if run.data.exact_position:
+            exact = "exact"
+        elif resume.training_step.seed != run.cfg.seed:
+            exact = "not sample-exact (the data order follows --seed): continuing at the same epoch and offset in the new order"
+        else:
+            exact = "not sample-exact (batch_size x dp_world_size changed): continuing at the same epoch, next step boundary"
         print(f"warning: resuming {resume.step_dir} with changed settings: {', '.join(changes)}; data position {exact}", flush=True)
 
 

@@ -29,6 +29,19 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimizerConfig) -
     return torch.optim.SGD(trainable, lr=cfg.lr, momentum=betas[0], weight_decay=cfg.weight_decay)
 
 
+def apply_hyperparameters(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig) -> None:
+    """Set `cfg`'s hyper-parameters on every group. A resumed optimizer's state dict brings
+    back the saved groups' values; the command's flags must win, as they do for the LR (which
+    `set_lr` applies before each update)."""
+    for group in optimizer.param_groups:
+        group["weight_decay"] = cfg.weight_decay
+        if cfg.type == "sgd":
+            group["momentum"] = cfg.betas[0]
+        else:
+            group["betas"] = (cfg.betas[0], cfg.betas[1])
+            group["eps"] = cfg.eps
+
+
 def lr_at(step: int, total_steps: int, opt: OptimizerConfig, sched: SchedulerConfig) -> float:
     """Learning rate for loop step `step` (0-based)."""
     if sched.warmup_steps and step < sched.warmup_steps:
