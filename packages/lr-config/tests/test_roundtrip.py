@@ -152,16 +152,19 @@ def train_configs(draw: st.DrawFn, config_path: bool = True) -> TrainConfig:
     fmt = draw(st.sampled_from(["safetensors", "dcp", "safetensors_dcp"]))
     peft_on = policy.path is not None and draw(st.booleans())
     cfg_path = draw(opt(paths)) if config_path else None
+    # with accumulation, --steps >= K and a saving run's --save_freq is a multiple of K (validate)
+    accum = draw(st.integers(1, 64))
+    save_checkpoint = draw(st.booleans())
     return TrainConfig(
         output_dir=draw(opt(paths)),
         job_name=draw(opt(text)),
         seed=draw(st.integers(-(2**63), 2**63)),
-        steps=draw(pos),
+        steps=draw(st.integers(accum, 10_000)),
         batch_size=draw(pos),
         num_workers=draw(st.integers(0, 16)),
         log_freq=draw(pos),
-        save_freq=draw(pos),
-        save_checkpoint=draw(st.booleans()),
+        save_freq=accum * draw(st.integers(1, 10_000 // accum)) if save_checkpoint else draw(pos),
+        save_checkpoint=save_checkpoint,
         checkpoint_format=fmt,
         checkpoint_keep=draw(nonneg),
         checkpoint_async=fmt != "safetensors" and draw(st.booleans()),
@@ -187,7 +190,7 @@ def train_configs(draw: st.DrawFn, config_path: bool = True) -> TrainConfig:
         parallelism=ParallelismConfig(dp_replicate=draw(opt(st.integers(1, 64))), dp_shard=draw(opt(st.integers(-1, 64).filter(bool)))),
         accelerator=AcceleratorConfig(
             mixed_precision=precision,
-            gradient_accumulation=GradientAccumulationConfig(steps=draw(st.integers(1, 64))),
+            gradient_accumulation=GradientAccumulationConfig(steps=accum),
             fsdp=draw(fsdp_configs(fp16=precision == "fp16")),
             ddp=DDPConfig(*draw(st.lists(st.booleans(), min_size=3, max_size=3))),
         ),
