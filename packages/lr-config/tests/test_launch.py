@@ -163,3 +163,37 @@ def test_slurm_script_refusals(tmp_path: Path) -> None:
         build_slurm_script(LaunchSpec(), parse_train_config([]))
     with pytest.raises(ConfigError, match="1 x 3 = 3, but 2 processes"):
         build_slurm_script(LaunchSpec(nnodes=2, rdzv_endpoint="h:1"), parse_train_config([f"--output_dir={tmp_path}", "--parallelism.dp_shard=3"]))
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "value"),
+    [
+        (["--output_dir=/runs/a b"], "--output_dir", "/runs/a b"),
+        (["--output_dir=runs/exp#3"], "--output_dir", "runs/exp#3"),
+        (["--output_dir=/runs/a\u00a0b"], "--output_dir", "/runs/a\u00a0b"),
+        (["--output_dir=/runs/a", "--job_name=my run"], "--job_name", "my run"),
+        (["--output_dir=/runs/a", "--job_name=run#2"], "--job_name", "run#2"),
+    ],
+)
+def test_slurm_script_refuses_what_an_sbatch_directive_would_cut(argv: list[str], flag: str, value: str) -> None:
+    """sbatch ends an #SBATCH value at a space or '#' (no shell quoting there): the logs would
+    go to '/runs/a', the job be named 'my'. Refused, naming the flag and why."""
+    with pytest.raises(ConfigError) as err:
+        build_slurm_script(LaunchSpec(), parse_train_config(argv))
+    assert str(err.value) == (
+        f"{flag}: {value!r} holds a space or '#', which a Slurm #SBATCH directive cannot hold "
+        f"(sbatch would cut the value there); pass a {flag} without them"
+    )
+
+
+def test_slurm_script_refuses_a_partition_or_time_with_a_space() -> None:
+    cfg = parse_train_config(["--output_dir=/runs/a"])
+    with pytest.raises(ConfigError, match="^partition: 'gpu a' holds a space or '#'"):
+        build_slurm_script(LaunchSpec(partition="gpu a"), cfg)
+    with pytest.raises(ConfigError, match="^time: '1:00:00 #x' holds a space or '#'"):
+        build_slurm_script(LaunchSpec(time="1:00:00 #x"), cfg)
+
+
+def test_slurm_script_still_refuses_a_line_break(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="^--output_dir: .* holds a line break or control character"):
+        build_slurm_script(LaunchSpec(), parse_train_config(["--output_dir=/runs/a\n#SBATCH --x"]))

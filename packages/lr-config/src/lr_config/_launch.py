@@ -174,9 +174,16 @@ def format_command(argv: list[str]) -> str:
 
 def _script_line_value(flag: str, value: str) -> str:
     """`value`, which the script writes unquoted (#SBATCH lines, a comment): a line break there
-    would start a shell command of its own."""
+    would start a shell command of its own, and sbatch ends a directive's value at a space or a
+    '#' without applying shell quoting reliably, so the job would log somewhere else (or take
+    another name) than the one asked for. Such values are refused, not quoted."""
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ConfigError(f"{flag}: {value!r} holds a line break or control character, which a Slurm script cannot carry safely")
+    if any(c.isspace() or c == "#" for c in value):
+        raise ConfigError(
+            f"{flag}: {value!r} holds a space or '#', which a Slurm #SBATCH directive cannot hold "
+            f"(sbatch would cut the value there); pass a {flag} without them"
+        )
     return value
 
 
