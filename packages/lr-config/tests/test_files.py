@@ -19,6 +19,7 @@ from lr_config import (
     TrainingStep,
     load_run_status,
     load_training_step,
+    parse_metrics_line,
     read_metrics,
     save_run_status,
     save_training_step,
@@ -232,6 +233,22 @@ def test_bad_metrics_records_name_the_line(tmp_path: Path, data: dict[str, Any],
         read_metrics(path)
     assert f"{path}:2" in str(err.value)
     assert expected in str(err.value)
+
+
+@pytest.mark.parametrize("missing", sorted(field_names(MetricsRecord) - {"version"}))
+def test_a_metrics_line_missing_a_field_is_refused(missing: str) -> None:
+    """The engine writes every field of a record (to_dict), like every other contract file:
+    a line without one was cut or edited, and would otherwise read as the default (0.0)."""
+    data = to_dict(record(5))
+    del data[missing]
+    with pytest.raises(ConfigError) as err:
+        parse_metrics_line(json.dumps(data), "metrics.jsonl:3")
+    assert str(err.value).startswith(f"metrics.jsonl:3: incomplete metrics line, missing --{missing};")
+
+
+def test_a_metrics_line_with_only_a_step_is_refused_naming_what_it_lacks() -> None:
+    with pytest.raises(ConfigError, match=r"^metrics.jsonl:1: incomplete metrics line, missing --epoch, --samples, --loss, --lr, --grad_norm, --update_s and 4 more"):
+        parse_metrics_line('{"version": 1, "step": 5}', "metrics.jsonl:1")
 
 
 def test_a_broken_complete_line_is_an_error(tmp_path: Path) -> None:

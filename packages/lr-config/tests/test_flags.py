@@ -124,6 +124,53 @@ def test_a_whole_dict_is_json() -> None:
     assert to_dict(cfg)["policy"]["input_features"] == features
 
 
+LIST_OF_STR_FLAGS = ["peft.target_modules", "peft.full_training_modules", "accelerator.fsdp.wrap_modules"]
+
+
+@pytest.mark.parametrize("flag", LIST_OF_STR_FLAGS)
+def test_a_bare_string_for_a_list_is_refused_not_split_into_characters(flag: str) -> None:
+    """cattrs turns any iterable into a list: 'q_proj' was ['q', '_', 'p', ...], silently."""
+    message = error_of([f"--{flag}=q_proj"])
+    assert f"--{flag}: expected a JSON list, got the text 'q_proj'; a list of one is --{flag}='[\"q_proj\"]'" in message.splitlines()[1:][0]
+    group, leaf = flag.rsplit(".", 1)
+    node: Any = parse_train_config([f"--{flag}=" + '["q_proj"]'])
+    for part in group.split("."):
+        node = getattr(node, part)
+    assert getattr(node, leaf) == ["q_proj"]
+
+
+def test_every_list_setting_takes_only_a_json_list() -> None:
+    list_flags = [path for path, type_name, _, _ in _help_table() if "list[" in type_name]
+    assert set(list_flags) == {*LIST_OF_STR_FLAGS, "dataset.episodes", "policy.backbone_channels", "optimizer.betas"}
+    for path in list_flags:
+        for raw in ("q_proj", "16,32", '{"a": 1}', "3"):
+            message = error_of([f"--{path}={raw}"])
+            assert message.splitlines()[1].startswith(f"  --{path}: expected a JSON list, got"), message
+    message = error_of(['--policy.input_features={"x": {"type": "STATE", "shape": "2"}}'])
+    assert message.splitlines()[1] == "  --policy.input_features.x.shape: expected a JSON list, got the text '2'; write it as JSON, as in --policy.input_features.x.shape='[...]'"
+
+
+def _help_table() -> list[tuple[str, str, str, str]]:
+    from lr_config._flags import _leaf_docs
+
+    return _leaf_docs(TrainConfig)
+
+
+@pytest.mark.parametrize(("key", "hint"), [("STAT", "STATE"), ("action", "ACTION"), ("Visual", "VISUAL"), ("images", None)])
+def test_normalization_mapping_refuses_a_key_that_is_not_a_feature_type(key: str, hint: str | None) -> None:
+    """The engine looks modes up by feature type, so any other key was silently ignored."""
+    message = error_of([f"--policy.normalization_mapping.{key}=min_max"])
+    expected = f"  --policy.normalization_mapping.{key}: unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
+    assert message.splitlines()[1] == expected + "; the keys are STATE, ENV, VISUAL, ACTION"
+    message = error_of(['--policy.normalization_mapping={"STATE": "identity", "' + key + '": "zscore"}'])
+    assert message.splitlines()[1:] == [expected + "; the keys are STATE, ENV, VISUAL, ACTION"]  # not its value as well
+
+
+def test_normalization_mapping_may_hold_fewer_feature_types() -> None:
+    cfg = parse_train_config(['--policy.normalization_mapping={"ACTION": "min_max"}', "--policy.type=mlp"])
+    assert cfg.policy.normalization_mapping == {"ACTION": "min_max"}
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -272,6 +319,40 @@ def test_config_path_with_an_unknown_key_or_version_is_refused(tmp_path: Path) -
     save_json(tmp_path / "b.json", data)
     message = error_of([f"--config_path={tmp_path / 'b.json'}"])
     assert message.startswith(f"{tmp_path / 'b.json'}: schema version 99 is not supported")
+
+
+def test_config_path_with_a_string_for_a_list_or_an_unknown_normalization_key_is_refused(tmp_path: Path) -> None:
+    data = to_dict(TrainConfig())
+    data["accelerator"]["fsdp"]["wrap_modules"] = "Block"
+    data["policy"]["normalization_mapping"]["STAT"] = "min_max"
+    save_json(tmp_path / "a.json", data)
+    message = error_of([f"--config_path={tmp_path / 'a.json'}"])
+    assert message.splitlines() == [
+        f"invalid {tmp_path / 'a.json'}:",
+        "  --policy.normalization_mapping.STAT: unknown key (did you mean 'STATE'?); the keys are STATE, ENV, VISUAL, ACTION",
+        """  --accelerator.fsdp.wrap_modules: expected a JSON list, got the text 'Block'; a list of one is --accelerator.fsdp.wrap_modules='["Block"]'""",
+    ]
+
+
+@pytest.mark.parametrize("kind", [["act"], {"name": "act"}, 1, None])
+def test_config_path_with_a_policy_type_that_is_not_a_name_is_refused(tmp_path: Path, kind: Any) -> None:
+    data = to_dict(TrainConfig())
+    data["policy"]["type"] = kind
+    save_json(tmp_path / "a.json", data)
+    message = error_of([f"--config_path={tmp_path / 'a.json'}"])
+    assert message == f"invalid {tmp_path / 'a.json'}:\n  --policy.type: expected a policy type name, got {kind!r}; known types: act, mlp"
+
+
+def test_a_saved_policy_config_with_a_bad_type_or_normalization_key_is_refused() -> None:
+    from lr_config import PolicyConfig
+    from lr_config._serde import from_dict
+
+    data = {**to_dict(ACTConfig()), "type": ["act"]}
+    with pytest.raises(ConfigError, match=r"^invalid config.json:\n  --type: expected a policy type name, got \['act'\]"):
+        from_dict(PolicyConfig, data, source="config.json")  # type: ignore[arg-type]
+    data = {**to_dict(ACTConfig()), "type": "act", "normalization_mapping": {"state": "identity"}}
+    with pytest.raises(ConfigError, match=r"--normalization_mapping.state: unknown key \(did you mean 'STATE'\?\)"):
+        from_dict(PolicyConfig, data, source="config.json")  # type: ignore[arg-type]
 
 
 # --help

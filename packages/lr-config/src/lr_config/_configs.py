@@ -7,17 +7,22 @@ shows. Policies are a union tagged by `type` (`--policy.type=act|mlp`).
 Contract rules (ARCHITECTURE.md): saved files hold every field, unknown keys are errors,
 and every file carries `version`. Defaults here are what `uv run lr-engine train` runs:
 ACT on the embedded demo dataset, sized to train in about a minute on two CPU cores.
+
+A dict setting whose keys form a closed set declares it (`sub(..., keys=...)`, read back by
+`closed_keys`): `normalization_mapping` is keyed by feature type (the engine looks modes up
+by it), so the converter refuses any other key, from flags and files alike.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 __all__ = [
     "CHECKPOINT_FORMATS",
     "DEMO_REPO_ID",
+    "FEATURE_TYPES",
     "TRAIN_CONFIG_VERSION",
     "ACTConfig",
     "AcceleratorConfig",
@@ -49,6 +54,7 @@ CheckpointFormat = Literal["safetensors", "dcp", "safetensors_dcp"]
 Precision = Literal["no", "bf16", "fp16"]
 DType = Literal["float32", "bfloat16", "float16"]
 FeatureType = Literal["STATE", "ENV", "VISUAL", "ACTION"]
+FEATURE_TYPES: tuple[str, ...] = get_args(FeatureType)
 NormMode = Literal["mean_std", "min_max", "identity"]
 
 
@@ -60,9 +66,18 @@ def doc(default: Any, text: str) -> Any:
     return field(default=default, metadata={"doc": text})
 
 
-def sub(factory: Any, text: str) -> Any:
-    """A nested config field."""
-    return field(default_factory=factory, metadata={"doc": text})
+def sub(factory: Any, text: str, *, keys: tuple[str, ...] | None = None) -> Any:
+    """A nested config field; `keys`, for a dict, is the closed set of keys it may hold."""
+    metadata: dict[str, Any] = {"doc": text}
+    if keys is not None:
+        metadata["keys"] = keys
+    return field(default_factory=factory, metadata=metadata)
+
+
+def closed_keys(f: Any) -> tuple[str, ...] | None:
+    """The keys a dict field may hold (its `sub(..., keys=...)`), or None when any key is fine."""
+    keys: tuple[str, ...] | None = f.metadata.get("keys")
+    return keys
 
 
 @dataclass
@@ -96,7 +111,9 @@ class PolicyConfigBase:
     license: str = doc("apache-2.0", "License written in the model card.")
     input_features: dict[str, FeatureSpec] | None = doc(None, "Inputs; filled from the dataset when unset.")
     output_features: dict[str, FeatureSpec] | None = doc(None, "Outputs; filled from the dataset when unset.")
-    normalization_mapping: dict[str, NormMode] = sub(_default_norm, "Normalization per feature type (mean_std, min_max, identity).")
+    normalization_mapping: dict[str, NormMode] = sub(
+        _default_norm, "Normalization per feature type (STATE, ENV, VISUAL, ACTION): mean_std, min_max or identity.", keys=FEATURE_TYPES
+    )
 
 
 @dataclass

@@ -8,7 +8,8 @@
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics` (`parse_metrics_line`
-for one line), which refuse unknown keys and versions with a message naming the file.
+for one line), which refuse unknown keys and versions, and missing fields (lr writes every
+field, defaults included), with a message naming the file (and line).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._errors import ConfigError
-from ._serde import from_dict, load_json, save_json, to_dict
+from ._serde import check_complete, from_dict, load_json, save_json, to_dict
 from ._topology import Topology
 
 __all__ = [
@@ -178,6 +179,7 @@ def parse_metrics_line(line: str | bytes, where: str) -> MetricsRecord:
         raise ConfigError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
         raise ConfigError(f"{where}: unsupported metrics record version")
+    check_complete(MetricsRecord, data, where, what="metrics line")  # the engine writes every field
     return from_dict(MetricsRecord, data, source=where)
 
 

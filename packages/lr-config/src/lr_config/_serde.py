@@ -2,6 +2,10 @@
 
 - `make_converter()` builds a fresh strict converter: unknown keys and wrong types are
   errors (no `int(1.7)`, no `bool("false")`), every field is written, defaults included.
+  A list (or tuple, set) setting takes a JSON list only: cattrs alone would split a string
+  into its characters (`"q_proj"` -> `['q', '_', ...]`) and take a dict's keys. A dict setting
+  with a closed key set (`closed_keys`: `normalization_mapping`, keyed by feature type)
+  refuses any other key, naming it with "did you mean".
 - `to_dict` / `from_dict` go through it; `from_dict` turns cattrs' error tree into one
   `ConfigError` whose lines name flag paths (`--accelerator.fsdp.min_num_params: ...`).
 - `save_json` writes atomically (temp file + rename), so a crash never leaves a half file.
@@ -12,20 +16,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import tempfile
 import types
 import typing
 from pathlib import Path
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableSet
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ._configs import POLICY_TYPES, PolicyConfig
+from ._configs import POLICY_TYPES, PolicyConfig, closed_keys
 from ._errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     import cattrs
 
-__all__ = ["from_dict", "load_json", "make_converter", "save_json", "to_dict", "converter"]
+__all__ = ["check_complete", "from_dict", "load_json", "make_converter", "save_json", "to_dict", "converter"]
 
 T = TypeVar("T")
 
@@ -72,6 +77,104 @@ def _strict_literal(value: Any, tp: Any) -> Any:
     raise TypeError(f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
 
 
+class _Refused(TypeError):
+    """A hook's refusal, shown as its message (no cattrs wording around it)."""
+
+
+_FLAG = "\x00flag\x00"
+"""Stands for the flag path in a hook's message; `_explain` puts the path in (hooks never see it)."""
+
+
+def _is_collection(tp: Any) -> bool:
+    from cattrs.cols import is_any_set, is_sequence
+
+    return bool(is_sequence(tp) or is_any_set(tp) or typing.get_origin(tp) is tuple)
+
+
+def _not_a_list(value: Any, tp: Any) -> _Refused:
+    if isinstance(value, str):
+        args = typing.get_args(tp)
+        message = f"expected a JSON list, got the text {value!r}"
+        if args and args[0] is str and (len(args) == 1 or args[1] is Ellipsis):
+            message += f"; a list of one is {_FLAG}={shlex.quote(json.dumps([value]))}"
+        else:
+            message += f"; write it as JSON, as in {_FLAG}='[...]'"
+        return _Refused(message)
+    return _Refused(f"expected a JSON list, got {value!r}")
+
+
+def _collection_factory(tp: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """cattrs' own hook for `tp`, taking only a list or tuple (or a set for a set)."""
+    from cattrs.cols import homogenous_tuple_structure_factory, is_any_set, is_mutable_sequence, list_structure_factory
+
+    inner: Callable[[Any, Any], Any]
+    origin, args = typing.get_origin(tp) or tp, typing.get_args(tp)
+    if is_any_set(tp):
+        as_list: Any = types.GenericAlias(list, args[:1]) if args else list
+        to_list = list_structure_factory(as_list, conv)
+        make: type = set if origin in (set, MutableSet) else frozenset
+        inner = lambda value, _: make(to_list(value, as_list))  # noqa: E731
+    elif is_mutable_sequence(tp):
+        inner = list_structure_factory(tp, conv)
+    elif origin is tuple and args and args[-1] is not Ellipsis:
+        inner = conv.gen_structure_hetero_tuple(tp)
+    else:
+        inner = homogenous_tuple_structure_factory(tp, conv)
+
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, (list, tuple, set, frozenset)):
+            raise _not_a_list(value, tp)
+        return inner(value, tp)
+
+    return structure
+
+
+def _closed_keys_hook(conv: cattrs.Converter, tp: Any, keys: tuple[str, ...]) -> Callable[[Any, Any], Any]:
+    """The dict's own hook, refusing a key outside `keys` (each one reported at its path)."""
+    from cattrs.errors import IterableValidationError, IterableValidationNote
+
+    inner = conv.get_structure_hook(tp)
+    key_type = typing.get_args(tp)[0] if typing.get_args(tp) else Any
+
+    def structure(value: Any, _: Any) -> Any:
+        errors: list[Exception] = []
+        if isinstance(value, Mapping):
+            for key in value:
+                if key not in keys:
+                    hint = did_you_mean(str(key), keys) or did_you_mean(str(key).upper(), keys)
+                    exc = _Refused(f"unknown key{hint}; the keys are {', '.join(keys)}")
+                    exc.__notes__ = [IterableValidationNote(f"Structuring mapping key @ key {key!r}", key, key_type)]
+                    errors.append(exc)
+        try:
+            result = inner(value, tp)
+        except IterableValidationError as exc:
+            # a refused key's value is not reported as well
+            rest = [e for e in exc.exceptions if not any(
+                isinstance(n, IterableValidationNote) and n.index not in keys for n in getattr(e, "__notes__", []))]
+            raise IterableValidationError(str(exc.message), [*errors, *rest], tp) from None
+        if errors:
+            raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
+        return result
+
+    return structure
+
+
+def _has_closed_keys(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp) and any(closed_keys(f) for f in dataclasses.fields(tp))
+
+
+def _closed_keys_factory(cls: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    from cattrs.gen import make_dict_structure_fn, override
+
+    field_types = hints(cls)
+    overrides: dict[str, Any] = {
+        f.name: override(struct_hook=_closed_keys_hook(conv, field_types[f.name], keys))
+        for f in dataclasses.fields(cls)
+        if (keys := closed_keys(f))
+    }
+    return make_dict_structure_fn(cls, conv, **overrides)
+
+
 def _policy_tag(cls: type) -> str:
     name: str = getattr(cls, "type_name")
     return name
@@ -89,6 +192,9 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(str, _strict_str)
     conv.register_structure_hook(Path, _strict_path)
     conv.register_structure_hook_func(_is_literal, _strict_literal)
+    conv.register_structure_hook_factory(_is_collection, _collection_factory)
+    # before the tagged union, which takes its members' hooks when it is configured
+    conv.register_structure_hook_factory(_has_closed_keys, _closed_keys_factory)
     conv.register_unstructure_hook(Path, str)
     configure_tagged_union(PolicyConfig, conv, tag_name="type", tag_generator=_policy_tag)
     return conv
@@ -131,7 +237,7 @@ def _flag_path(path: str) -> str:
 def _format_exception(exc: BaseException, type_: Any) -> str:
     import cattrs
 
-    if isinstance(exc, TypeError) and str(exc).startswith("expected"):
+    if isinstance(exc, _Refused) or (isinstance(exc, TypeError) and str(exc).startswith("expected")):
         return str(exc)
     return cattrs.v.format_exception(exc, type_)
 
@@ -152,7 +258,7 @@ def _explain(exc: Exception, cls: type, data: Any) -> list[str]:
                 full = (parent.rstrip(".") + "." + key) if parent != "--" else "--" + key
                 lines.append(f"{full}: {_unknown_key(cls, data, parent, key)}")
             continue
-        lines.append(f"{where}: {what}")
+        lines.append(f"{where}: {what.replace(_FLAG, where)}")
     return lines
 
 
@@ -177,8 +283,13 @@ def _known_keys_at(cls: type, flag: str) -> list[str]:
 
 def from_dict(cls: type[T], data: Any, *, source: str = "config") -> T:
     """Structure `data` into `cls` strictly, or raise a ConfigError naming flag paths."""
+    problem = None
     if getattr(cls, "__name__", "") == "TrainConfig" and isinstance(data, dict):
-        _check_policy_type(data.get("policy"))
+        problem = _policy_type_problem(data.get("policy"), "--policy.type")
+    elif cls == PolicyConfig:  # a saved policy's config.json
+        problem = _policy_type_problem(data, "--type")
+    if problem is not None:
+        raise ConfigError(f"invalid {source}:\n  {problem}", problems=[problem])
     try:
         return _conv().structure(data, cls)
     except Exception as exc:  # cattrs raises several kinds; all are user input problems
@@ -186,15 +297,20 @@ def from_dict(cls: type[T], data: Any, *, source: str = "config") -> T:
         raise ConfigError(f"invalid {source}:\n  " + "\n  ".join(problems), problems=problems) from None
 
 
-def _check_policy_type(policy: Any) -> None:
-    if isinstance(policy, dict) and "type" not in policy:
-        raise ConfigError(f"--policy.type: missing; known types: {', '.join(POLICY_TYPES)}")
-    if isinstance(policy, dict) and policy["type"] not in POLICY_TYPES:
-        kind = policy["type"]
-        raise ConfigError(
-            f"--policy.type: unknown policy type {kind!r}{did_you_mean(str(kind), POLICY_TYPES)}; "
-            f"known types: {', '.join(POLICY_TYPES)}"
-        )
+def _policy_type_problem(policy: Any, flag: str) -> str | None:
+    """Why the policy block's `type` tag is not a known type's name, if it is not (the tagged
+    union needs one to pick the class; a list or dict there would fail as an unhashable lookup)."""
+    if not isinstance(policy, dict):
+        return None
+    known = f"known types: {', '.join(POLICY_TYPES)}"
+    if "type" not in policy:
+        return f"{flag}: missing; {known}"
+    kind = policy["type"]
+    if not isinstance(kind, str):
+        return f"{flag}: expected a policy type name, got {kind!r}; {known}"
+    if kind not in POLICY_TYPES:
+        return f"{flag}: unknown policy type {kind!r}{did_you_mean(kind, POLICY_TYPES)}; {known}"
+    return None
 
 
 def save_json(path: Path, data: Any) -> None:
@@ -239,14 +355,20 @@ def load_json(
             f"{path}: schema version {version!r} is not supported (this lr reads version {current_version}); "
             "upgrade lr or re-create the file"
         )
+    check_complete(cls, data, str(path))
+    return from_dict(cls, data, source=str(path))
+
+
+def check_complete(cls: type, data: dict[str, Any], where: str, *, what: str = "file") -> None:
+    """Refuse `data` when it lacks a field of `cls`: lr writes every field, defaults included,
+    so a missing one means the `what` (a file, a metrics line) was cut short or edited."""
     missing = missing_fields(cls, data)
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         raise ConfigError(
-            f"{path}: incomplete file, missing {shown}; lr writes every field, so this file was cut short "
+            f"{where}: incomplete {what}, missing {shown}; lr writes every field, so this {what} was cut short "
             "or edited: restore it, or re-create it"
         )
-    return from_dict(cls, data, source=str(path))
 
 
 def _dataclass_of(tp: Any, value: Any) -> type | None:
