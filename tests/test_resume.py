@@ -9,6 +9,7 @@ on the same topology; losses within 1e-5 on another topology with the same globa
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,26 @@ def test_a_changed_optimizer_type_is_refused_before_anything_is_written(sources:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--optimizer.type:" in proc.stderr and "resume with --optimizer.type=adamw" in proc.stderr
     assert not out.exists()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_a_resume_never_writes_into_another_run_nor_over_later_checkpoints(sources: dict[str, Path]) -> None:
+    """Into another run's folder: refused (the runs would mix). Into its own folder from an older
+    step: refused while later checkpoints exist (they would be replaced). Nothing is written."""
+    own, other = sources["single"], sources["ddp"]
+    before = {run: _tree(run) for run in (own, other)}
+    last = {run: os.readlink(run / "checkpoints" / "last") for run in (own, other)}
+    _, flags = LAYOUTS["single"]
+    step4 = own / "checkpoints" / "000004"
+    into_other = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={own / 'checkpoints' / 'last'}",
+                          f"--output_dir={other}", *flags])
+    assert into_other.returncode == 2 and "Traceback" not in into_other.stderr
+    assert f"--output_dir: {other} already holds another run" in into_other.stderr
+    older = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={step4}", *flags])
+    assert older.returncode == 2 and "Traceback" not in older.stderr
+    assert "--config_path: resuming 000004 of" in older.stderr and "later checkpoints (000008)" in older.stderr
+    for run in (own, other):
+        assert _tree(run) == before[run] and os.readlink(run / "checkpoints" / "last") == last[run]

@@ -279,6 +279,18 @@ def test_a_resume_writes_into_the_run_folder_that_holds_the_checkpoint(tmp_path:
     assert parse_train_config(["--resume=true", f"--config_path={tmp_path / 'preset.json'}"]).output_dir == Path("/elsewhere/old_run")
 
 
+def test_a_resume_of_a_checkpoint_outside_a_run_needs_an_output_dir(tmp_path: Path) -> None:
+    """A step folder copied out of its run (/keep/000500): the output_dir saved in it may be the
+    original run, still in use; a resume must say where it writes."""
+    step = tmp_path / "keep" / "000500" / "pretrained_model"
+    step.mkdir(parents=True)
+    save_json(step / "train_config.json", to_dict(parse_train_config([f"--output_dir={tmp_path / 'original_run'}"])))
+    with pytest.raises(ConfigError, match=r"--output_dir: the checkpoint .*000500 is not inside a run's checkpoints/ folder.*pass --output_dir"):
+        parse_train_config(["--resume=true", f"--config_path={step.parent}"])
+    cfg = parse_train_config(["--resume=true", f"--config_path={step.parent}", f"--output_dir={tmp_path / 'new'}"])
+    assert cfg.output_dir == tmp_path / "new"
+
+
 def test_resume_is_asked_for_by_the_command_never_inherited_from_a_file(tmp_path: Path) -> None:
     """A resumed run saves `"resume": true` in its checkpoints; loading that file without --resume
     must start a new run (and so be refused by a folder holding a run), as for a run never resumed."""

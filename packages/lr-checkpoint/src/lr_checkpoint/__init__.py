@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import CheckpointError
 from ._inspect import inspect_checkpoint
-from ._layout import model_weights_file, resolve_step_dir
+from ._layout import list_step_dirs, model_weights_file, resolve_step_dir
 from ._request import ResumeState, SaveRequest
 from ._resume import read_resume_state, read_training_step
 
@@ -60,6 +60,7 @@ __all__ = [
     "convert_checkpoint",
     "gather_model_state_dict",
     "inspect_checkpoint",
+    "list_step_dirs",
     "load_model_and_optimizer",
     "model_weights_file",
     "pending_save",

@@ -228,9 +228,16 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
     if "policy.type" in flags:
         base["policy"]["type"] = flags["policy.type"]
     if base.get("resume") is True and "output_dir" not in flags and base.get("config_path"):
-        run = run_folder_of(Path(base["config_path"]))
+        config_file = Path(base["config_path"])
+        run = run_folder_of(config_file)
         if run is not None:
             base["output_dir"] = str(run)
+        elif config_file.parent.name == "pretrained_model":
+            raise ConfigError(
+                f"--output_dir: the checkpoint {config_file.parent.parent} is not inside a run's checkpoints/ folder, so "
+                f"the run folder to continue is unknown (the output_dir saved in it, {base.get('output_dir')}, may be stale); "
+                "pass --output_dir"
+            )
     return from_dict(TrainConfig, base, source="flags")
 
 

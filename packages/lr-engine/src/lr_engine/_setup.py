@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from lr_checkpoint import list_step_dirs
 from lr_config import ConfigError, ParallelismConfig, TrainConfig, TrainingStep, holds_a_run
 from torch import nn
 
@@ -62,8 +63,38 @@ def unusable_output(out: Path) -> str:
     return ""
 
 
-def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
-    """Fill job_name/output_dir; refuse to reuse a run folder without --resume."""
+def resume_target_problem(out: Path, step_dir: Path) -> str:
+    """Why a resume of `step_dir` must not write into `out`, or "".
+
+    A resume continues the run whose checkpoints/ holds `step_dir`, in its own folder, or
+    starts a new folder. Another run's folder is refused (its metrics, `last` and step
+    folders would be mixed with this one's), and so is the own folder when `last` names a
+    checkpoint after `step_dir`: the resumed run would replace the later ones as it reaches
+    them, `last`'s among them."""
+    if not holds_a_run(out):
+        return ""
+    checkpoints = out / "checkpoints"
+    if step_dir.parent != checkpoints.resolve():
+        return (
+            f"--output_dir: {out} already holds another run (the checkpoint {step_dir} is not one of its checkpoints); "
+            f"a resume continues in the folder of the run that holds the checkpoint ({step_dir.parent.parent}) or in a new "
+            "--output_dir"
+        )
+    later = [p.name for p in list_step_dirs(checkpoints) if int(p.name) > int(step_dir.name)]
+    # with `last` on step_dir, a later folder is what a save interrupted before moving `last`
+    # left (never committed): the resumed run replaces it, as that save would have
+    if later and (checkpoints / "last").resolve() != step_dir:
+        return (
+            f"--config_path: resuming {step_dir.name} of {out}, which has later checkpoints ({', '.join(later)}) that the "
+            "resumed run would replace as it reaches them; resume into a new --output_dir, or resume the latest with "
+            f"--config_path={checkpoints / 'last'}"
+        )
+    return ""
+
+
+def prepare_output(cfg: TrainConfig, ctx: DistContext, resume_step_dir: Path | None = None) -> TrainConfig:
+    """Fill job_name/output_dir; refuse to reuse a run folder without --resume, and a folder a
+    resume of `resume_step_dir` must not write into (`resume_target_problem`)."""
     job = cfg.job_name or cfg.policy.type_name
     cfg = replace(cfg, job_name=job)
     decided: tuple[str, str] | None = None
@@ -76,6 +107,8 @@ def prepare_output(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
                 f"--output_dir: {out} already holds {what}; choose another --output_dir, or continue that run with "
                 f"--resume=true --config_path={out}/checkpoints/last/pretrained_model/train_config.json"
             )
+        if not problem and resume_step_dir is not None:
+            problem = resume_target_problem(out, resume_step_dir)
         decided = (str(out), problem)
     out_str, problem = broadcast_object(decided, ctx)
     if problem:

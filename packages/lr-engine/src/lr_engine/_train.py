@@ -108,7 +108,7 @@ def write_status(run: Run, status: str, step: int, error: str | None = None) -> 
 def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     checkpointing.check_publish(cfg)
     resume = checkpointing.read_resume(cfg) if cfg.resume else None
-    cfg = prepare_output(cfg, ctx)
+    cfg = prepare_output(cfg, ctx, resume.step_dir if resume else None)
     cfg = resolve_features(resolved_parallelism(cfg, ctx), ctx)
     data = build_data(cfg, ctx, resume.training_step if resume else None)
     policy = build_policy(cfg, ctx.device)
