@@ -212,3 +212,36 @@ def test_a_resume_never_writes_into_another_run_nor_over_later_checkpoints(sourc
     assert "--config_path: resuming 000004 of" in older.stderr and "later checkpoints (000008)" in older.stderr
     for run in (own, other):
         assert _tree(run) == before[run] and os.readlink(run / "checkpoints" / "last") == last[run]
+
+
+def _position(run: Path, step: int) -> tuple[int, int, int]:
+    data = json.loads((run / "checkpoints" / f"{step:06d}" / "training_state" / "training_step.json").read_text())
+    return data["epoch"], data["epoch_offset"], data["samples_seen"]
+
+
+def _advance(position: tuple[int, int, int], steps: int, batch: int, frames: int) -> tuple[int, int, int]:
+    """The sampler's arithmetic: `steps` global batches of `batch` from (epoch, offset), rounded up to a batch."""
+    epoch, offset, seen = position
+    per_epoch = frames // batch
+    epochs, step = divmod(-(-offset // batch) + steps, per_epoch)
+    return epoch + epochs, step * batch, seen + steps * batch
+
+
+def test_a_resume_continues_where_the_checkpoint_stopped_after_an_earlier_resume_changed_the_batch(root: Path, demo_dataset: Path) -> None:
+    """A (batch 64) -> B resumed with batch 32 -> C resumed from B unchanged: C must start where B
+    stopped. Its position once came from C's step count alone, as if batch 32 had been used since
+    step 0, and C replayed or skipped data with no warning; samples_seen was step x batch."""
+    common = [f"--dataset.root={demo_dataset}", "--policy.type=mlp", "--log_freq=10"]
+    a, b, c = root / "pos-a", root / "pos-b", root / "pos-c"
+    printed = launch(1, ["train", f"--output_dir={a}", *common, "--batch_size=64", "--steps=20", "--save_freq=20"])
+    frames = int(next(line for line in printed.splitlines() if line.startswith("dataset ")).split(": ")[1].split()[0])
+    launch(1, ["train", "--resume=true", f"--config_path={a / 'checkpoints' / 'last'}", f"--output_dir={b}", "--batch_size=32",
+               "--steps=40", "--save_freq=20"])
+    printed_c = launch(1, ["train", "--resume=true", f"--config_path={b / 'checkpoints' / 'last'}", f"--output_dir={c}", "--steps=50",
+                           "--save_freq=10"])
+    assert not any(line.startswith("warning: resuming") for line in printed_c.splitlines())  # nothing changed: exact
+    assert _position(a, 20)[2] == 20 * 64
+    assert _position(b, 40) == _advance(_position(a, 20), 20, 32, frames)
+    assert _position(c, 50) == _advance(_position(b, 40), 10, 32, frames)
+    records = [json.loads(line) for line in (c / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["samples"] == _position(c, 50)[2]

@@ -6,6 +6,7 @@ import pytest
 
 from lr_config import (
     FILES_VERSION,
+    TRAINING_STEP_VERSION,
     ConfigError,
     MLPConfig,
     RunStatus,
@@ -39,7 +40,7 @@ def test_complete_files_load(tmp_path):
 @pytest.mark.parametrize("cls,loader,field", [(TrainingStep, load_training_step, "topology"), (RunStatus, load_run_status, "pid")])
 def test_contract_files_missing_a_field_are_refused(tmp_path, cls, loader, field):
     data = to_dict(cls())
-    assert data["version"] == FILES_VERSION
+    assert data["version"] == (TRAINING_STEP_VERSION if cls is TrainingStep else FILES_VERSION)
     del data[field]
     path = tmp_path / "file.json"
     path.write_text(json.dumps(data))

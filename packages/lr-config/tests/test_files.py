@@ -12,6 +12,7 @@ import pytest
 
 from lr_config import (
     FILES_VERSION,
+    TRAINING_STEP_VERSION,
     ConfigError,
     MetricsRecord,
     RunStatus,
@@ -30,6 +31,7 @@ STEP = TrainingStep(
     step=5000,
     optimizer_updates=1250,
     epoch=3,
+    epoch_offset=256,
     samples_seen=640000,
     dp_world_size=4,
     batch_size=32,
@@ -73,7 +75,17 @@ def test_training_step_round_trip(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert set(data) == field_names(TrainingStep)
     assert set(data["topology"]) == field_names(Topology)
-    assert data["version"] == FILES_VERSION
+    assert data["version"] == TRAINING_STEP_VERSION == 2
+
+
+def test_a_version_1_training_step_is_upgraded_with_an_unknown_position(tmp_path: Path) -> None:
+    """Checkpoints written before `epoch_offset` stay resumable: the engine derives their position from the step."""
+    data = to_dict(STEP)
+    del data["epoch_offset"]
+    data["version"] = 1
+    path = tmp_path / "training_step.json"
+    path.write_text(json.dumps(data))
+    assert load_training_step(path) == dataclasses.replace(STEP, epoch_offset=None)
 
 
 def test_defaults_are_saved_too(tmp_path: Path) -> None:
@@ -106,7 +118,7 @@ def test_unknown_nested_key_is_refused(tmp_path: Path) -> None:
         load_training_step(path)
 
 
-@pytest.mark.parametrize("version", [0, 2, None, "1"])
+@pytest.mark.parametrize("version", [0, 3, None, "1"])
 def test_unknown_version_is_refused_naming_the_file(tmp_path: Path, version: Any) -> None:
     for save, load, value in ((save_training_step, load_training_step, STEP), (save_run_status, load_run_status, STATUS)):
         path = tmp_path / "file.json"

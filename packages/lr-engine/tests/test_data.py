@@ -104,6 +104,21 @@ def test_resume_position_exact_and_not():
     assert not exact and pos == DataPosition(0, 3)
 
 
+def test_a_saved_position_wins_over_the_step_count():
+    """Step 13 says (1, 1) at batch 8, but a checkpoint whose run changed its batch earlier records
+    where it really is: epoch 2, 40 samples in (the step count is ignored)."""
+    assert resume_position(13, 8, 8, 100, saved=(2, 40)) == (DataPosition(2, 5), True)
+    assert resume_position(13, 8, 16, 100, saved=(2, 40)) == (DataPosition(2, 3), False)  # 40 -> 48: rounded up
+    assert resume_position(13, 8, 16, 100, saved=(2, 96)) == (DataPosition(3, 0), False)  # past the last whole batch
+
+
+def test_position_after_wraps_into_the_next_epochs():
+    sampler = GlobalOrderBatchSampler(100, seed=1, batch_size=8, dp_world_size=1, dp_rank=0, start=DataPosition(2, 10))
+    assert sampler.position_after(0) == DataPosition(2, 10)
+    assert sampler.position_after(2) == DataPosition(3, 0) and sampler.epoch_after(2) == 3
+    assert sampler.position_after(27) == DataPosition(5, 1)
+
+
 def test_processors_round_trip(tmp_path, demo_dataset):
     meta = load_meta(demo_dataset)
     inputs, outputs = meta.policy_features()

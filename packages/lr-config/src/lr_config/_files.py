@@ -2,7 +2,7 @@
 
 | file                  | dataclass      | written by                  |
 |-----------------------|----------------|-----------------------------|
-| `training_step.json`  | `TrainingStep` | checkpoint (main rank)      |
+| `training_step.json`  | `TrainingStep` | checkpoint (main rank); version 2 (`TRAINING_STEP_VERSION`), version 1 upgraded on load |
 | `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step |
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
@@ -30,6 +30,7 @@ __all__ = [
     "FileDigest",
     "MetricsRecord",
     "RunStatus",
+    "TRAINING_STEP_VERSION",
     "TrainingStep",
     "holds_a_run",
     "load_checksums",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 FILES_VERSION = 1
+TRAINING_STEP_VERSION = 2
+"""training_step.json's own version: 2 added `TrainingStep.epoch_offset` (version 1 files are upgraded)."""
 CHECKSUMS_VERSION = 2
 """checksums.json's own version: 2 added `FileDigest.crc32` (version 1 files are upgraded)."""
 RunState = Literal["running", "finished", "failed", "stopped"]
@@ -50,13 +53,20 @@ RunState = Literal["running", "finished", "failed", "stopped"]
 
 @dataclass
 class TrainingStep:
-    """Where a checkpoint stands: enough to resume and to tell what changed."""
+    """Where a checkpoint stands: enough to resume and to tell what changed. Its own version
+    (`TRAINING_STEP_VERSION`): 2 added `epoch_offset`."""
 
-    version: int = FILES_VERSION
+    version: int = TRAINING_STEP_VERSION
     step: int = 0
     optimizer_updates: int = 0
     epoch: int = 0
+    """The epoch of the next sample."""
+    epoch_offset: int | None = 0
+    """Samples of `epoch`'s global order already consumed: with `epoch`, the data position to
+    resume from, whatever global batches the run used before. None in a version-1 file, whose
+    position is derived from `step` (exact only if one global batch was used from step 0)."""
     samples_seen: int = 0
+    """Samples consumed since step 0, over every resume."""
     dp_world_size: int = 1
     batch_size: int = 1
     grad_accum: int = 1
@@ -145,8 +155,14 @@ def save_training_step(path: Path, value: TrainingStep) -> None:
     save_json(path, to_dict(value))
 
 
+def _training_step_from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no `epoch_offset`: None says the position is to be derived from `step`."""
+    return {**data, "epoch_offset": None, "version": 2}
+
+
 def load_training_step(path: Path) -> TrainingStep:
-    return load_json(path, TrainingStep, current_version=FILES_VERSION)
+    """Read training_step.json; a version-1 file (before `epoch_offset`) is upgraded."""
+    return load_json(path, TrainingStep, current_version=TRAINING_STEP_VERSION, upgrades={1: _training_step_from_v1})
 
 
 def save_run_status(path: Path, value: RunStatus) -> None:

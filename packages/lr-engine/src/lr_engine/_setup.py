@@ -165,7 +165,8 @@ def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None)
     start, exact = DataPosition(0, 0), True
     if resumed is not None:
         old_global = resumed.batch_size * resumed.dp_world_size
-        start, exact = resume_position(resumed.step, old_global, global_batch, len(dataset))
+        saved = None if resumed.epoch_offset is None else (resumed.epoch, resumed.epoch_offset)
+        start, exact = resume_position(resumed.step, old_global, global_batch, len(dataset), saved)
         exact = exact and resumed.seed == cfg.seed  # the order of every epoch follows the seed
     sampler = GlobalOrderBatchSampler(
         len(dataset), seed=cfg.seed, batch_size=cfg.batch_size, dp_world_size=topo.dp_world_size, dp_rank=ctx.dp_rank, start=start

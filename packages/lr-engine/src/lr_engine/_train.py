@@ -68,6 +68,8 @@ class Run:
     scaler: torch.amp.GradScaler | None
     run_id: str
     start_step: int = 0
+    start_samples: int = 0
+    """Samples consumed before start_step (a resumed checkpoint's samples_seen)."""
     current_step: int = 0
     updates: int = 0
     skipped_updates: int = 0
@@ -83,6 +85,10 @@ class Run:
     @property
     def samples_per_step(self) -> int:
         return self.cfg.batch_size * self.ctx.topology.dp_world_size
+
+    def samples_at(self, step: int) -> int:
+        """Samples consumed by the end of loop step `step`, over every resume (whose global batches may differ)."""
+        return self.start_samples + (step - self.start_step) * self.samples_per_step
 
 
 def log(ctx: DistContext, message: str) -> None:
@@ -123,6 +129,7 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     if resume is not None:
         checkpointing.load_state(run, resume)
         run.start_step = resume.training_step.step
+        run.start_samples = resume.training_step.samples_seen
         run.updates = resume.training_step.optimizer_updates
         checkpointing.warn_changed_settings(run, resume)
     return run
@@ -243,7 +250,7 @@ def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: in
     record = MetricsRecord(
         step=step,
         epoch=run.data.sampler.epoch_after(step - run.start_step - 1),
-        samples=step * run.samples_per_step,
+        samples=run.samples_at(step),
         loss=reduced["loss"],
         lr=lr_at(step - 1, run.cfg.steps, run.cfg.optimizer, run.cfg.scheduler),
         grad_norm=float(run.grad_norm),
@@ -263,11 +270,13 @@ def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: in
 
 def training_step_record(run: Run, step: int) -> TrainingStep:
     cfg = run.cfg
+    position = run.data.sampler.position_after(step - run.start_step)
     return TrainingStep(
         step=step,
         optimizer_updates=run.updates,
-        epoch=run.data.sampler.epoch_after(step - run.start_step),
-        samples_seen=step * run.samples_per_step,
+        epoch=position.epoch,
+        epoch_offset=position.step_in_epoch * run.data.sampler.global_batch,
+        samples_seen=run.samples_at(step),
         dp_world_size=run.ctx.topology.dp_world_size,
         batch_size=cfg.batch_size,
         grad_accum=cfg.grad_accum_steps,

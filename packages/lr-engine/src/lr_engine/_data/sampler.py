@@ -3,9 +3,9 @@
 The global sample order of epoch `e` is `randperm(num_samples)` seeded with `(seed, e)`
 only. Each loop step takes the next `batch_size x dp_world_size` global indices (an
 epoch holds `num_samples // global_batch` steps; the remainder is dropped) and dp rank `r`
-gets the slice `[r * batch_size, (r + 1) * batch_size)`. The position is therefore a pure
-function of the loop step, and resume is exact whenever `batch_size x dp_world_size` is
-unchanged, whatever the topology.
+gets the slice `[r * batch_size, (r + 1) * batch_size)`. A checkpoint records the position
+(epoch, samples of it consumed), and resume is exact whenever `batch_size x dp_world_size`
+is unchanged, whatever the topology.
 """
 
 from __future__ import annotations
@@ -38,17 +38,23 @@ def steps_per_epoch(num_samples: int, global_batch: int) -> int:
     return num_samples // global_batch
 
 
-def resume_position(step: int, old_global_batch: int, new_global_batch: int, num_samples: int) -> tuple[DataPosition, bool]:
-    """Where loop step `step` of a run with `old_global_batch` continues; the bool says if exact.
+def resume_position(
+    step: int, old_global_batch: int, new_global_batch: int, num_samples: int, saved: tuple[int, int] | None = None
+) -> tuple[DataPosition, bool]:
+    """Where a checkpoint of a run with `old_global_batch` continues; the bool says if exact.
 
+    `saved` is the checkpoint's (epoch, samples of that epoch consumed): right whatever global
+    batches the run used before. Without it (checkpoints before training_step.json version 2)
+    the position is derived from loop step `step`, which assumes `old_global_batch` from step 0.
     With the same global batch the position is exact. Otherwise it keeps the epoch and
     rounds the offset inside it up to the next step of the new global batch.
     """
-    per_old = steps_per_epoch(num_samples, old_global_batch)
-    epoch, old_step = divmod(step, per_old)
+    if saved is None:
+        epoch, old_step = divmod(step, steps_per_epoch(num_samples, old_global_batch))
+        saved = (epoch, old_step * old_global_batch)
+    epoch, offset = saved
     if old_global_batch == new_global_batch:
-        return DataPosition(epoch, old_step), True
-    offset = old_step * old_global_batch
+        return DataPosition(epoch, offset // new_global_batch), True
     new_step = -(-offset // new_global_batch)
     if new_step >= steps_per_epoch(num_samples, new_global_batch):
         return DataPosition(epoch + 1, 0), False
@@ -79,6 +85,11 @@ class GlobalOrderBatchSampler(torch.utils.data.Sampler[list[int]]):
     def __len__(self) -> int:
         return self.per_epoch
 
+    def position_after(self, steps_taken: int) -> DataPosition:
+        """Where the batch produced after `steps_taken` batches from the start comes from."""
+        epochs, step = divmod(self.start.step_in_epoch + steps_taken, self.per_epoch)
+        return DataPosition(self.start.epoch + epochs, step)
+
     def epoch_after(self, steps_taken: int) -> int:
         """The epoch of the batch produced after `steps_taken` batches from the start."""
-        return self.start.epoch + (self.start.step_in_epoch + steps_taken) // self.per_epoch
+        return self.position_after(steps_taken).epoch
