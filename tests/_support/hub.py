@@ -8,6 +8,8 @@ the calls `HfApi(endpoint=hub.endpoint)` makes to create a repo and push a folde
 | `POST /api/repos/create`                         | creates `ns/name` (409 when it exists)    |
 | `GET  /api/{type}s/{id}[/revision/{rev}]`        | repo info: sha, private, siblings         |
 | `GET  /api/{type}s/{id}/refs`                    | branches                                  |
+| `GET  /api/{type}s/{id}/tree/{rev}[/{path}]`     | entries (all below, with `recursive`)     |
+| `PUT  /api/{type}s/{id}/settings`                | sets `visibility` (private or public)     |
 | `POST /api/{type}s/{id}/branch/{branch}`         | creates a branch from main (409 if there) |
 | `POST /api/validate-yaml`                        | 400 when the README front matter is bad   |
 | `POST /api/{type}s/{id}/preupload/{rev}`         | `lfs` for weights or >= `lfs_threshold`   |
@@ -29,7 +31,8 @@ xet token route answers 501 with that advice.
 Test hooks: `hub.files(repo_id)` (bytes per path on a branch), `hub.requests` (method, path,
 headers with the Authorization value redacted, body), `hub.fail_next(n, status)` (the next n
 matching requests get that status), `hub.outage_on(path_part)` (drop that request and go
-down), `hub.require_token(token)` (401 for any other token).
+down), `hub.require_token(token)` (401 for any other token). Each of `hub.repos[id].commits`
+records the paths it `added` and `deleted`.
 """
 
 from __future__ import annotations
@@ -208,20 +211,26 @@ class LoopbackHub:
         if method == "PUT" and len(parts) == 2 and parts[0] == "lfs-upload":
             return self._lfs_put(parts[1], body)
         if len(parts) >= 4 and parts[0] == "api" and parts[1] in _REPO_TYPES:
-            return self._repo_api(method, parts[1], "/".join(parts[2:4]), parts[4:], body)
+            return self._repo_api(method, parts[1], "/".join(parts[2:4]), parts[4:], body, query)
         lfs = re.fullmatch(r"(?:(datasets|spaces)/)?([^/]+/[^/]+)\.git/info/lfs/objects/(batch|verify)", path.strip("/"))
         if lfs and method == "POST":
             repo = self._repo(unquote(lfs.group(2)))
             return self._lfs_batch(repo, json.loads(body)) if lfs.group(3) == "batch" else self._lfs_verify(json.loads(body))
         raise HubError(404, f"loopback hub: no route for {method} {path}", "Unhandled")
 
-    def _repo_api(self, method: str, kind: str, repo_id: str, rest: list[str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _repo_api(self, method: str, kind: str, repo_id: str, rest: list[str], body: bytes,
+                  query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
         if not rest and method == "GET":
             return self._json(self._repo_info(self._repo(repo_id), "main"))
         action = rest[0]
         if method == "GET" and action == "revision" and len(rest) == 2:
             repo = self._repo(repo_id)
             return self._json(self._repo_info(repo, self._branch(repo, rest[1])))
+        if method == "GET" and action == "tree" and len(rest) >= 2:
+            repo = self._repo(repo_id)
+            return self._json(self._tree(repo, self._branch(repo, rest[1]), "/".join(rest[2:]), query))
+        if method == "PUT" and action == "settings" and len(rest) == 1:
+            return self._json(self._settings(self._repo(repo_id), json.loads(body or b"{}")))
         if method == "GET" and action == "refs":
             repo = self._repo(repo_id)
             branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": repo.heads.get(b, "")} for b in repo.trees]
@@ -272,6 +281,40 @@ class LoopbackHub:
             "private": repo.private,
             "siblings": [{"rfilename": p} for p in sorted(repo.trees[branch])],
         }
+
+    def _tree(self, repo: HubRepo, branch: str, path: str, query: dict[str, list[str]]) -> list[dict[str, Any]]:
+        """The Hub's tree listing: the entries directly under `path` (every one below it with
+        `recursive=true`), folders as `directory` entries, LFS files with their `lfs` pointer."""
+        recursive = query.get("recursive", ["false"])[0].lower() == "true"
+        prefix = f"{path.strip('/')}/" if path.strip("/") else ""
+        with self._lock:
+            tree = dict(repo.trees[branch])
+        if prefix and not any(p.startswith(prefix) for p in tree):
+            raise HubError(404, f"Path {path} not found in {branch}", "EntryNotFound")
+        entries: dict[str, dict[str, Any]] = {}
+        for file_path, stored in sorted(tree.items()):
+            if not file_path.startswith(prefix):
+                continue
+            rest = file_path[len(prefix):].split("/")
+            for depth in range(1, len(rest)):  # the folders on the way to the file
+                folder = prefix + "/".join(rest[:depth])
+                if depth == 1 or recursive:
+                    entries.setdefault(folder, {"type": "directory", "oid": hashlib.sha1(folder.encode()).hexdigest(), "path": folder})
+            if len(rest) == 1 or recursive:
+                entry: dict[str, Any] = {"type": "file", "oid": _git_sha1(stored.data), "size": len(stored.data), "path": file_path}
+                if stored.lfs:
+                    entry["lfs"] = {"oid": hashlib.sha256(stored.data).hexdigest(), "size": len(stored.data), "pointerSize": 134}
+                entries[file_path] = entry
+        return [entries[p] for p in sorted(entries)]
+
+    def _settings(self, repo: HubRepo, payload: dict[str, Any]) -> dict[str, Any]:
+        visibility = payload.get("visibility")
+        if visibility not in (None, "public", "private"):
+            raise HubError(400, f"visibility must be public or private for a {repo.repo_type} repo, got {visibility!r}")
+        with self._lock:
+            if visibility is not None:
+                repo.private = visibility == "private"
+        return {}
 
     def _create_branch(self, repo: HubRepo, branch: str, payload: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
         start = self._branch(repo, payload.get("startingPoint") or "main")
@@ -347,6 +390,7 @@ class LoopbackHub:
         with self._lock:
             tree = dict(repo.trees[branch])
             added: list[str] = []
+            deleted: list[str] = []
             for line in lines[1:]:
                 key, value = line["key"], line["value"]
                 if key == "file":
@@ -356,10 +400,15 @@ class LoopbackHub:
                         raise HubError(422, f"LFS object {value['oid']} for {value['path']} was never uploaded")
                     tree[value["path"]] = StoredFile(self.lfs_objects[value["oid"]], lfs=True)
                 elif key == "deletedFile":
-                    tree.pop(value["path"], None)
+                    if value["path"] not in tree:
+                        raise HubError(404, f"cannot delete {value['path']}: no such file on {branch}", "EntryNotFound")
+                    tree.pop(value["path"])
+                    deleted.append(value["path"])
                     continue
                 elif key == "deletedFolder":
-                    tree = {p: f for p, f in tree.items() if not p.startswith(value["path"].rstrip("/") + "/")}
+                    gone = [p for p in tree if p.startswith(value["path"].rstrip("/") + "/")]
+                    tree = {p: f for p, f in tree.items() if p not in gone}
+                    deleted += gone
                     continue
                 else:
                     raise HubError(400, f"unknown commit operation {key!r}")
@@ -368,7 +417,8 @@ class LoopbackHub:
             sha = hashlib.sha1(f"{parent}{len(repo.commits)}{body!r}".encode()).hexdigest()
             repo.trees[branch] = tree
             repo.heads[branch] = sha
-            repo.commits.append({"sha": sha, "branch": branch, "summary": lines[0]["value"]["summary"], "added": added})
+            repo.commits.append({"sha": sha, "branch": branch, "summary": lines[0]["value"]["summary"], "added": added,
+                                 "deleted": deleted})
         return {"commitUrl": f"{self.endpoint}/{repo.repo_id}/commit/{sha}", "commitOid": sha, "success": True, "pullRequestUrl": None}
 
 

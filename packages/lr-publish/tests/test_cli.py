@@ -134,3 +134,59 @@ def test_the_cli_publishes_without_importing_torch(hub_server, hub_env, ckpts):
     assert run.returncode == 0, run.stderr
     assert "no torch" in run.stdout
     assert "model.safetensors" in hub_server.files(ckpts.repo_id)
+
+
+def test_private_push_to_an_existing_public_repo_exits_2_and_uploads_nothing(hub_server, hub_env, ckpts, cli):
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=hub_server.endpoint, token=ckpts.secret).create_repo(ckpts.repo_id)  # public, as the Hub's default
+    step_dir = ckpts.make("full")
+    run = cli(["lr_publish.cli", f"--checkpoint_dir={step_dir}", f"--repo_id={ckpts.repo_id}",
+               f"--endpoint={hub_server.endpoint}", "--private=true"])
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert f"{ckpts.repo_id} is public on {hub_server.endpoint}" in run.stderr and "uploaded nothing" in run.stderr
+    assert "--private=true" in _retry_argv(run.stderr)
+    assert hub_server.files(ckpts.repo_id) == {} and not hub_server.repos[ckpts.repo_id].private
+
+
+def _publish_env(ckpts) -> dict[str, str]:
+    return subprocess_env({"HF_TOKEN": ckpts.secret})
+
+
+def test_a_publish_folder_that_cannot_be_made_exits_2_naming_it_and_the_flag(hub_server, hub_env, ckpts, cli, tmp_path):
+    """--folder under a file (ENOTDIR; a permission error or a read-only disk alike, and it stops root too)."""
+    step_dir = ckpts.make("full")
+    (tmp_path / "a_file").write_text("not a folder")
+    folder = tmp_path / "a_file" / "out"
+    run = cli(["lr_publish.cli", f"--checkpoint_dir={step_dir}", f"--repo_id={ckpts.repo_id}",
+               f"--endpoint={hub_server.endpoint}", f"--folder={folder}"])
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert f"cannot write the publish folder {folder} (File exists: {tmp_path / 'a_file'})" in run.stderr
+    assert "--folder=DIR" in run.stderr
+    assert hub_server.requests == []
+
+
+def test_a_full_disk_while_writing_the_publish_folder_exits_2_and_leaves_nothing(hub_server, hub_env, ckpts, tmp_path):
+    """RLIMIT_FSIZE (a full disk alike, and it stops root too) below the weights' size: exit 2 naming the
+    folder and --folder, no traceback, no publish folder and no temporary folder left, nothing sent."""
+    import resource
+
+    step_dir = ckpts.make("full")
+    before = _files_under(tmp_path)
+    limit = (step_dir / "pretrained_model" / "model.safetensors").stat().st_size // 2
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    run = subprocess.run([sys.executable, "-m", "lr_publish.cli", f"--checkpoint_dir={step_dir}",
+                          f"--repo_id={ckpts.repo_id}", f"--endpoint={hub_server.endpoint}"],
+                         env=_publish_env(ckpts), capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    folder = step_dir.parent.parent / "publish" / "act_policy-000120"
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert f"cannot write the publish folder {folder} (File too large" in run.stderr and "--folder=DIR" in run.stderr
+    assert _files_under(tmp_path) == before
+    assert not (step_dir.parent.parent / "publish").exists()
+    assert hub_server.requests == []

@@ -266,3 +266,105 @@ def test_a_checkpoint_file_whose_bytes_changed_since_the_save_is_not_published(h
         publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint)
     assert hub_server.requests == []
     assert not (step_dir.parent.parent / "publish").exists()
+
+
+def _hub_api(hub_server, ckpts):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=hub_server.endpoint, token=ckpts.secret)
+
+
+def test_private_push_to_an_existing_public_repo_uploads_nothing(hub_server, hub_env, ckpts):
+    """private=true never changes an existing repo's visibility (create_repo(exist_ok=True) keeps it), so
+    a push meant to be private that finds the repo public is refused before any upload: exit 2, the repo
+    as it was, and the message says how to proceed. Made private on the Hub, the printed retry lands it."""
+    publish_checkpoint(ckpts.make("full"), ckpts.repo_id, endpoint=hub_server.endpoint)
+    before, commits = hub_server.files(ckpts.repo_id), len(hub_server.repos[ckpts.repo_id].commits)
+    step_dir = ckpts.make("adapter", run="other")
+    sent = len(hub_server.requests)
+
+    with pytest.raises(HubPushError) as info:
+        publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint, private=True)
+
+    message = str(info.value)
+    assert info.value.exit_code == 2 and not isinstance(info.value, HubUnavailableError)
+    assert f"{ckpts.repo_id} is public on {hub_server.endpoint}" in message
+    assert "never changes an existing repo's visibility" in message and "uploaded nothing" in message
+    assert f"`hf repos settings {ckpts.repo_id} --private`" in message and "another repo id" in message
+    assert "--private=true" in info.value.retry_command
+    later = hub_server.requests[sent:]
+    assert not [r.path for r in later if r.method in ("PUT", "DELETE") or "/preupload/" in r.path or "/commit/" in r.path]
+    assert hub_server.files(ckpts.repo_id) == before and len(hub_server.repos[ckpts.repo_id].commits) == commits
+    assert not hub_server.repos[ckpts.repo_id].private
+
+    _hub_api(hub_server, ckpts).update_repo_settings(ckpts.repo_id, private=True)
+    publish_folder(info.value.folder, ckpts.repo_id, endpoint=hub_server.endpoint, private=True)
+    assert hub_server.files(ckpts.repo_id) == _local_files(info.value.folder)
+    assert hub_server.repos[ckpts.repo_id].private
+
+
+def test_private_push_to_an_existing_private_repo_and_public_push_keep_the_visibility(hub_server, hub_env, ckpts):
+    publish_checkpoint(ckpts.make("full"), ckpts.repo_id, endpoint=hub_server.endpoint, private=True)
+    publish_checkpoint(ckpts.make("adapter", run="second"), ckpts.repo_id, endpoint=hub_server.endpoint, private=True)
+    publish_checkpoint(ckpts.make("full", run="third"), ckpts.repo_id, endpoint=hub_server.endpoint)
+    assert hub_server.repos[ckpts.repo_id].private
+    assert len(hub_server.repos[ckpts.repo_id].commits) == 3
+
+
+@pytest.mark.parametrize(("first", "then", "stale"), [
+    ("adapter", "full", {"adapter_model.safetensors", "adapter_config.json"}),
+    ("full", "adapter", {"model.safetensors"}),
+])
+def test_a_push_removes_the_files_an_earlier_push_left_and_keeps_the_users(hub_server, hub_env, ckpts, first, then, stale):
+    """Full weights pushed over a LoRA adapter (and the reverse): the other kind's files go in the same
+    commit, so the repo matches its new card (and weights_kind). Files lr never writes stay: a user's
+    notes, and a root-like name in a subfolder."""
+    publish_checkpoint(ckpts.make(first), ckpts.repo_id, endpoint=hub_server.endpoint)
+    api = _hub_api(hub_server, ckpts)
+    mine = {"notes.md": b"my notes", "eval/model_step_1000.safetensors": b"not lr's", "eval/config.json": b"{}"}
+    for path, data in mine.items():
+        api.upload_file(path_or_fileobj=data, path_in_repo=path, repo_id=ckpts.repo_id)
+    assert stale <= set(hub_server.files(ckpts.repo_id))
+    commits = len(hub_server.repos[ckpts.repo_id].commits)
+
+    step_dir = ckpts.make(then, run="second")
+    publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint)
+
+    folder = step_dir.parent.parent / "publish" / f"act_policy-{ckpts.step:06d}"
+    assert hub_server.files(ckpts.repo_id) == {**_local_files(folder), **mine}
+    last = hub_server.repos[ckpts.repo_id].commits[-1]
+    assert len(hub_server.repos[ckpts.repo_id].commits) == commits + 1
+    assert set(last["deleted"]) == stale
+
+    from lr_publish._folder import weights_kind
+
+    copy = folder.parent / "what_the_hub_holds"
+    for path, data in hub_server.files(ckpts.repo_id).items():
+        (copy / path).parent.mkdir(parents=True, exist_ok=True)
+        (copy / path).write_bytes(data)
+    assert weights_kind(copy) == ("adapter" if then == "adapter" else "full")
+
+
+def test_a_push_removes_an_earlier_pushs_processor_files_it_no_longer_has(hub_server, hub_env, ckpts):
+    publish_checkpoint(ckpts.make("full"), ckpts.repo_id, endpoint=hub_server.endpoint)
+    step_dir = ckpts.make("full", run="second")
+    (step_dir / "pretrained_model" / "policy_preprocessor_step_0_normalizer.safetensors").rename(
+        step_dir / "pretrained_model" / "policy_preprocessor_step_0_normalizer_processor.safetensors")
+    publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint)
+    files = set(hub_server.files(ckpts.repo_id))
+    assert "policy_preprocessor_step_0_normalizer_processor.safetensors" in files
+    assert "policy_preprocessor_step_0_normalizer.safetensors" not in files
+
+
+def test_a_step_folder_outside_a_run_stages_beside_itself(hub_server, hub_env, ckpts, tmp_path):
+    """A step folder copied out of its run (/data/000120): the default publish folder is
+    /data/publish/<name>-<step>, never <its grandparent>/publish (/publish for /data/000120)."""
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    step_dir = Path(shutil.move(ckpts.make("full"), data / f"{ckpts.step:06d}"))
+    publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint)
+    folder = data / "publish" / f"act_policy-{ckpts.step:06d}"
+    assert hub_server.files(ckpts.repo_id) == _local_files(folder)
+    assert not (tmp_path / "publish").exists()

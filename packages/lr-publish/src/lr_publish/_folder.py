@@ -7,7 +7,11 @@ A publish folder holds exactly:
     policy_preprocessor.json, policy_postprocessor.json, *_step_*.safetensors
 
 It is built under a hidden temporary name beside its final path, checked, then renamed,
-so a crash never leaves half a folder, and an existing folder is never overwritten.
+so a crash never leaves half a folder, and an existing folder is never overwritten. A folder
+that cannot be written (no permission, a full disk, a file in the way) is a PublishError
+naming it and the flag that moves it; the temporary folder is removed.
+These names (`is_published_name`) are the files lr owns in a Hub repo: a push deletes those
+an earlier push left that the new folder does not have (see `_hub`).
 `check_publish_folder` refuses DCP shards, training state, unreadable safetensors, a card
 `ModelCard` cannot parse, and any file that contains the Hugging Face token. A copy of a
 checkpoint's file is checked against the step folder's checksums.json as it is made.
@@ -38,6 +42,7 @@ __all__ = [
     "check_publish_folder",
     "copy_checkpoint_files",
     "default_publish_folder",
+    "is_published_name",
     "staged_folder",
     "weights_kind",
     "write_card",
@@ -59,6 +64,11 @@ def default_publish_folder(output_dir: Path, repo_id: str, step: int) -> Path:
     return Path(output_dir) / "publish" / f"{repo_id.split('/')[-1]}-{step:06d}"
 
 
+def is_published_name(name: str) -> bool:
+    """A file name a publish folder may hold at its top (README.md aside, which every folder has)."""
+    return name in _PUBLISHED_NAMES or any(fnmatch.fnmatch(name, g) for g in _PUBLISHED_PATTERNS)
+
+
 def weights_kind(model_dir: Path) -> str:
     """'adapter' (LoRA files) or 'full' (model.safetensors); PublishError when neither is there."""
     if (model_dir / "adapter_model.safetensors").is_file() and (model_dir / "adapter_config.json").is_file():
@@ -78,28 +88,54 @@ def weights_kind(model_dir: Path) -> str:
 
 
 @contextmanager
-def staged_folder(folder: Path, *, token: str | None = None) -> Iterator[Path]:
-    """Yield a fresh temporary folder that becomes `folder` once the block ends and it checks out."""
+def staged_folder(folder: Path, *, token: str | None = None, flag: str = "--folder") -> Iterator[Path]:
+    """Yield a fresh temporary folder that becomes `folder` once the block ends and it checks out.
+
+    An OSError writing it (a folder that cannot be created or written, a full disk) is a
+    PublishError naming `folder` and `flag`, the setting that chooses another place; one
+    reading a source file names that file. Either way nothing is left behind."""
     folder = Path(folder)
-    if folder.exists():
-        raise PublishError(
-            f"{folder} already exists and is never overwritten: push it as it is with "
-            f"`lr-publish --folder={folder} --repo_id=...`, or choose another --folder"
-        )
-    made_parent = not folder.parent.exists()
-    folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    made: list[Path] = []
     try:
+        if folder.exists():
+            raise PublishError(
+                f"{folder} already exists and is never overwritten: push it as it is with "
+                f"`lr-publish --folder={folder} --repo_id=...`, or choose another --folder"
+            )
+        made = [p for p in (folder.parent, *folder.parent.parents) if not p.exists()]
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
         yield tmp
         check_publish_folder(tmp, token=token)
         os.rename(tmp, folder)
+    except OSError as exc:
+        raise _staging_error(exc, folder, tmp, flag) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if made_parent and not folder.exists():
-            with contextlib.suppress(OSError):  # only when empty: another publish may be writing there
-                folder.parent.rmdir()
+        if not os.path.lexists(folder):
+            for parent in made:  # the folders made for it, innermost first, while empty
+                with contextlib.suppress(OSError):  # not empty: another publish may be writing there
+                    parent.rmdir()
+
+
+def _staging_error(exc: OSError, folder: Path, tmp: Path, flag: str) -> PublishError:
+    """What failed while building `folder` (as `tmp`), and what to change."""
+    reason = exc.strerror or type(exc).__name__
+    named = [Path(os.fsdecode(n)) for n in (exc.filename, exc.filename2) if n is not None]  # shutil: (source, copy)
+    written = [p for p in named if p in (folder, tmp) or p in folder.parents or tmp in p.parents]
+    if named and not written:
+        return PublishError(f"cannot read {named[0]} ({reason}) while building the publish folder {folder}: "
+                            "make it readable, then publish again; nothing was uploaded")
+    where = written[0] if written and written[0] not in (folder, tmp) else None
+    if where is not None and tmp in where.parents:
+        where = where.relative_to(tmp)  # a file of the folder: its temporary name means nothing to the user
+    return PublishError(
+        f"cannot write the publish folder {folder} ({reason}{f': {where}' if where is not None else ''}); "
+        f"nothing was uploaded and nothing is left there: choose a writable folder with free space with {flag}=DIR, "
+        "or make that one writable"
+    )
 
 
 def copy_checkpoint_files(model_dir: Path, dest: Path) -> list[str]:
@@ -110,11 +146,7 @@ def copy_checkpoint_files(model_dir: Path, dest: Path) -> list[str]:
     """
     if model_dir.is_symlink():
         raise _link_error(model_dir)
-    published = sorted(
-        (p for p in model_dir.iterdir()
-         if p.name in _PUBLISHED_NAMES or any(fnmatch.fnmatch(p.name, g) for g in _PUBLISHED_PATTERNS)),
-        key=lambda p: p.name,
-    )
+    published = sorted((p for p in model_dir.iterdir() if is_published_name(p.name)), key=lambda p: p.name)
     for path in published:
         if path.is_symlink():
             raise _link_error(path)

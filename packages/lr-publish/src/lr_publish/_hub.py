@@ -1,8 +1,20 @@
 """Pushing a checked publish folder to the Hub, with bounded retries (main rank only).
 
 The push is `HfApi(endpoint=...).create_repo(exist_ok=True)`, `create_branch(exist_ok=True)`
-for a non-main `--revision`, then `upload_folder`. All three are idempotent, so a failed
-attempt is retried whole:
+for a non-main `--revision`, then one `upload_folder` commit. Around it:
+
+- private: `create_repo` makes a new repo private but never changes an existing one's
+  visibility, so a push asked to be private reads the repo's (`repo_info(...).private`)
+  and, when the repo is public, uploads nothing: `HubPushError` saying how to proceed (make
+  it private on the Hub, or another repo). Visibility is never changed here.
+- stale files: the commit also deletes (`delete_patterns`, the exact names) the files lr
+  writes (`is_published_name`: weights, adapter, configs, processors) that an earlier push
+  left at the top of the branch and this folder does not have, so full weights pushed over
+  a LoRA adapter leave no adapter files (and the reverse). Files lr never writes (the
+  user's own, anything in a subfolder) and `.gitattributes` stay; README.md is always
+  replaced by the new card.
+
+Every step is idempotent, so a failed attempt is retried whole:
 
 - transient failures (connection refused or dropped, timeouts, HTTP 408/429/5xx) are
   retried `LR_HUB_RETRIES` times in all (default 5), waiting `LR_HUB_RETRY_BASE_S` (default
@@ -17,6 +29,7 @@ import). The token is never put in a message: any error text is scrubbed of it.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import shlex
@@ -31,6 +44,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from lr_config import check_repo_id
 
 from ._errors import HubPushError, HubUnavailableError, PublishError
+from ._folder import is_published_name
 
 __all__ = ["HubTarget", "RetryPolicy", "check_publish_settings", "push_folder", "resolve_endpoint", "retry_command"]
 
@@ -159,16 +173,37 @@ def _refusal(exc: BaseException, target: HubTarget) -> str:
     return f"the Hub client refused the push: {exc}"
 
 
-def _push_once(api: HfApi, folder: Path, target: HubTarget) -> str:
+def _public_repo(target: HubTarget) -> str:
+    return (
+        f"{target.repo_id} is public on {target.endpoint}, and this push asked for a private repo: lr-publish never "
+        "changes an existing repo's visibility, so it uploaded nothing. Make the repo private on the Hub (its "
+        f"Settings page, or `hf repos settings {target.repo_id} --private`) and retry, or publish to a new "
+        "private repo under another repo id, or leave private=true out to publish it publicly"
+    )
+
+
+def _stale_files(api: HfApi, folder: Path, target: HubTarget) -> list[str]:
+    """Files lr writes that an earlier push left at the top of the branch and `folder` lacks."""
+    remote = api.list_repo_files(target.repo_id, revision=target.revision)
+    return sorted(p for p in remote if "/" not in p and is_published_name(p) and not (folder / p).is_file())
+
+
+def _push_once(api: HfApi, folder: Path, target: HubTarget, command: str) -> str:
     url = str(api.create_repo(target.repo_id, private=target.private, exist_ok=True))
+    if target.private and api.repo_info(target.repo_id).private is not True:
+        raise HubPushError(_public_repo(target), folder=folder, retry_command=command)
     if target.revision and target.revision != "main":
         api.create_branch(target.repo_id, branch=target.revision, exist_ok=True)
         url = f"{url}/tree/{target.revision}"
+    stale = _stale_files(api, folder, target)
+    if stale:
+        log.info("Removing files an earlier push left that this one replaces: %s", ", ".join(stale))
     api.upload_folder(
         repo_id=target.repo_id,
         folder_path=folder,
         revision=target.revision,
         commit_message="Upload policy with lr-publish",
+        delete_patterns=[glob.escape(name) for name in stale] or None,  # exact names: patterns would match subfolders
     )
     return url
 
@@ -182,7 +217,9 @@ def push_folder(folder: Path, target: HubTarget, *, token: str | None = None) ->
     command = retry_command(folder, target)
     for attempt, wait in enumerate([*policy.waits(), None], start=1):
         try:
-            return _push_once(api, folder, target)
+            return _push_once(api, folder, target, command)
+        except PublishError:
+            raise
         except Exception as raised:
             exc = _hub_failure(raised)
             if exc is None:

@@ -50,6 +50,14 @@ def build_publish_folder_from_checkpoint(step_dir: Path, folder: Path, *, repo_i
     return Path(folder)
 
 
+def checkpoint_publish_folder(step: Path, repo_id: str, step_number: int) -> Path:
+    """Where a checkpoint's publish folder goes by default: `<run>/publish/<name>-<step>` for a step
+    folder in a run's checkpoints/ (beside checkpoints/), else `publish/<name>-<step>` beside the
+    step folder itself (`/data/publish/...` for `/data/000300`, never `/publish`)."""
+    base = step.parent.parent if step.parent.name == "checkpoints" else step.parent
+    return default_publish_folder(base, repo_id, step_number)
+
+
 def push_checked_folder(folder: Path, repo_id: str, *, private: bool, endpoint: str | None,
                         revision: str | None, token: str | None) -> str:
     """Push a folder already checked by its builder; log and return the repo url."""
@@ -91,12 +99,13 @@ def publish_checkpoint(
 ) -> str:
     """Build the publish folder of a checkpoint and push it; return the repo url.
 
-    `folder` defaults to `<output_dir>/publish/<repo name>-<step>` (beside checkpoints/).
+    `folder` defaults to `<output_dir>/publish/<repo name>-<step>` (beside checkpoints/); for a
+    step folder outside a run's checkpoints/, to `publish/<repo name>-<step>` beside it.
     This is what `lr-publish --checkpoint_dir=...` and `lr-checkpoint convert --push_to_hub=...` run.
     """
     check_publish_settings(repo_id, token=token)
     step, training_step = _step_and_training_step(step_dir)
     if folder is None:
-        folder = default_publish_folder(step.parent.parent, repo_id, training_step.step)
+        folder = checkpoint_publish_folder(step, repo_id, training_step.step)
     build_publish_folder_from_checkpoint(step, folder, repo_id=repo_id, token=token)
     return push_checked_folder(folder, repo_id, private=private, endpoint=endpoint, revision=revision, token=token)

@@ -53,7 +53,7 @@ def _write_folder(
     from ._weights import write_weights
 
     base = str(train_config.policy.path) if train_config.policy.path is not None else None
-    with staged_folder(folder, token=token) as tmp:
+    with staged_folder(folder, token=token, flag="--output_dir") as tmp:  # the engine's folder is under it
         write_weights(model, state_dict, tmp, base_model=base)
         write_pretrained(tmp)
         save_json(tmp / "train_config.json", to_dict(train_config))

@@ -4,10 +4,13 @@
                [--endpoint=URL] [--folder=OUT]
     lr-publish --folder=OUT --repo_id=user/name [...]      push OUT as it is (the retry)
 
-Exit codes: 0 pushed; 2 something to change (a flag, the checkpoint, the token, a Hub
-refusal such as 401/403/404), nothing overwritten; 1 the Hub stayed unreachable through
-every retry. On 1 and on a Hub refusal the message ends with the exact command that
-retries the push. Also runs as `python -m lr_publish.cli`.
+Exit codes: 0 pushed; 2 something to change (a flag, the checkpoint, the token, a publish
+folder that cannot be written, a Hub refusal such as 401/403/404, a public repo for
+--private=true), nothing overwritten; 1 the Hub stayed unreachable through every retry. On 1
+and on a Hub refusal the message ends with the exact command that retries the push. A push
+replaces what lr wrote before in the repo: files lr writes that the new folder lacks (the
+other weight kind's, old processors) are deleted in the same commit; other files stay.
+Also runs as `python -m lr_publish.cli`.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ __all__ = ["main"]
 FLAGS = {
     "checkpoint_dir": "A checkpoint: step folder, its pretrained_model/, checkpoints/last, or the run folder.",
     "repo_id": "Hub repo to push to: user/name.",
-    "private": "true creates the repo as private (an existing repo keeps its visibility).",
+    "private": "true publishes to a private repo: a new repo is created private; an existing public repo is "
+               "refused before any upload (its visibility is never changed: make it private on the Hub first).",
     "revision": "Branch to push to (created from main when missing); main when unset.",
     "endpoint": "Hub endpoint; HF_ENDPOINT or https://huggingface.co when unset.",
-    "folder": "Publish folder: where --checkpoint_dir's files are gathered (default <output_dir>/publish/<name>-<step>), "
+    "folder": "Publish folder: where --checkpoint_dir's files are gathered (default <output_dir>/publish/<name>-<step>, "
+              "or publish/<name>-<step> beside a step folder that is not in a run's checkpoints/), "
               "or, alone, a folder built before to push as it is.",
     "help": "Show this help.",
 }
