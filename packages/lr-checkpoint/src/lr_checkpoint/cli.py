@@ -6,14 +6,18 @@
     lr-checkpoint verify DIR
 
 Exit codes: 0 success; 1 verify (or inspect) found problems; 2 bad input (unknown command
-or flag, missing folder, not a checkpoint, a refused overwrite): one paragraph on stderr,
-no traceback, nothing written. torch is imported only by the commands that read tensors.
+or flag, missing folder, not a checkpoint, a refused overwrite, a convert output that cannot
+be written: a read-only folder, a full disk): one paragraph on stderr, no traceback, nothing
+written (convert writes under a temporary name that a failure removes). torch is imported
+only by the commands that read tensors.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -75,14 +79,57 @@ def _publish_argv(step_dir: Path, flags: dict[str, str]) -> list[str] | None:
     return argv
 
 
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, mtime, size) of `path`, None when absent: tells whether a rename replaced it."""
+    try:
+        st = os.stat(path)
+    except OSError:  # absent (or not even stat-able: then it cannot have been replaced either)
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _convert_io_error(exc: OSError, files: StepFiles, before: tuple[int, int, int] | None) -> ConfigError:
+    """One paragraph for an OSError during convert: what could not be read or written, and what now."""
+    reason = exc.strerror or type(exc).__name__
+    named = [Path(os.fsdecode(n)) for n in (exc.filename, exc.filename2) if n is not None]
+    model = files.model
+    if _identity(model) == before:  # not renamed into place: the temporary file was removed
+        shard = next((p for p in named if files.model_dcp in p.parents), None)
+        if shard is not None:
+            return ConfigError(f"cannot read {shard} ({reason}); nothing was written: make the DCP shards readable, "
+                               "then convert again")
+        kept = f"the existing {model.name} is unchanged" if before is not None else "nothing was written"
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            fix = f"free space on the disk of {model.parent} (or copy the checkpoint where there is room)"
+        elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            fix = f"make {model.parent} writable (or copy the checkpoint where you can write)"
+        else:
+            fix = f"make {model.parent} writable, with free space on its disk"
+        return ConfigError(
+            f"cannot write {model} ({reason}); {kept} (the partial file, if any, was removed): {fix}, "
+            "then run the same command again"
+        )
+    where = f": {named[0]}" if named else ""
+    return ConfigError(
+        f"{model} was written, but a later step failed ({reason}{where}); the new file is complete, but "
+        f"checksums.json may not list it yet and, with --delete_dcp, some DCP shards may remain: run "
+        f"`lr-checkpoint verify {files.root}` to see what is left, fix the cause, then convert again with --overwrite=true"
+    )
+
+
 def _run_convert(flags: dict[str, str]) -> int:
     step_dir = resolve_step_dir(_dir(flags))
     dtype, overwrite, delete_dcp = flags.get("dtype", "fp32"), _bool(flags, "overwrite"), _bool(flags, "delete_dcp")
-    check_convert_request(StepFiles(step_dir), dtype, overwrite, delete_dcp)
+    files = StepFiles(step_dir)
+    check_convert_request(files, dtype, overwrite, delete_dcp)
     publish = _publish_argv(step_dir, flags)
     from ._convert import convert_checkpoint  # imports torch: only once the request is sound
 
-    path = convert_checkpoint(step_dir, dtype=dtype, overwrite=overwrite, delete_dcp=delete_dcp)
+    before = _identity(files.model)
+    try:
+        path = convert_checkpoint(step_dir, dtype=dtype, overwrite=overwrite, delete_dcp=delete_dcp)
+    except OSError as exc:
+        raise _convert_io_error(exc, files, before) from None
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", flush=True)
     if publish is None:
         return 0
@@ -132,7 +179,7 @@ COMMANDS: dict[str, Command] = {
             "overwrite": "true to replace an existing model.safetensors.",
             "delete_dcp": "true to delete the DCP model shards once the new file is verified.",
             "push_to_hub": "user/name: publish the converted checkpoint with lr-publish afterwards.",
-            "private": "true to create the Hub repo as private (with --push_to_hub).",
+            "private": "true to publish to a private repo (with --push_to_hub; an existing public repo is refused).",
         },
         _run_convert,
     ),
