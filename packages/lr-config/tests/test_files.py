@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import math
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,15 @@ def test_checksums_of_version_1_are_upgraded_and_version_2_entries_hold_every_fi
     path.write_text(json.dumps({"version": 3, "files": {}}))
     with pytest.raises(ConfigError, match="schema version 3 is not supported"):
         load_checksums(path)
+
+
+def test_saved_files_get_the_umask_mode_not_a_private_one(tmp_path: Path) -> None:
+    """Teammates on a shared cluster resume, convert and publish each other's checkpoints: the
+    JSON files must be as readable as the weights beside them (0644 under umask 022, not 0600)."""
+    old = os.umask(0o022)
+    try:
+        save_training_step(tmp_path / "training_step.json", STEP)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "training_step.json").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["training_step.json"]

@@ -15,8 +15,10 @@ from lr_config import (
     MLPConfig,
     TrainConfig,
     all_flag_paths,
+    config_to_flags,
     format_help,
     parse_train_config,
+    policy_config_dict,
     save_json,
     split_flags,
     to_dict,
@@ -307,10 +309,11 @@ def test_resume_is_asked_for_by_the_command_never_inherited_from_a_file(tmp_path
 
 
 def test_switching_policy_type_over_a_config_file_keeps_where_it_runs_and_publishes(tmp_path: Path) -> None:
-    saved = parse_train_config(["--policy.device=cpu", "--policy.path=/base", "--policy.repo_id=me/m", "--policy.chunk_size=20"])
+    base = _saved_policy(tmp_path / "base", ACTConfig())
+    saved = parse_train_config(["--policy.device=cpu", f"--policy.path={base}", "--policy.repo_id=me/m", "--policy.chunk_size=20"])
     save_json(tmp_path / "train_config.json", to_dict(saved))
     cfg = parse_train_config([f"--config_path={tmp_path}", "--policy.type=mlp"])
-    assert cfg.policy == MLPConfig(device="cpu", path=Path("/base"), repo_id="me/m")
+    assert cfg.policy == MLPConfig(device="cpu", path=base, repo_id="me/m")
     same = parse_train_config([f"--config_path={tmp_path}", "--policy.type=act"])
     assert same.policy == saved.policy  # the same type keeps every saved policy value
 
@@ -411,3 +414,29 @@ def test_help_rows_read_as_documented() -> None:
     assert rows["policy.type"][:2] == ("act|mlp", '"act"')
     assert rows["policy.hidden_dim"][1] == "256"
     assert format_help(prog="lr-engine train").startswith("usage: lr-engine train [--name=value ...]")
+
+
+def _saved_policy(folder: Path, config: ACTConfig | MLPConfig) -> Path:
+    save_json(folder / "config.json", policy_config_dict(config))
+    return folder
+
+
+def test_policy_path_starts_from_its_config_and_the_other_policy_flags_apply(tmp_path: Path) -> None:
+    """As in lerobot-train: `--policy.path` gives the saved settings, `--policy.*` flags override
+    them (they were once dropped silently, and train_config.json said the base's values)."""
+    base = _saved_policy(tmp_path / "base", ACTConfig(dim_model=32, n_heads=2, dropout=0.0, n_action_steps=10, repo_id="old/repo"))
+    cfg = parse_train_config([f"--policy.path={base}", "--policy.dropout=0.1", "--policy.n_action_steps=5"])
+    assert isinstance(cfg.policy, ACTConfig) and cfg.policy.path == base
+    assert (cfg.policy.dim_model, cfg.policy.n_heads) == (32, 2)  # from the saved config
+    assert (cfg.policy.dropout, cfg.policy.n_action_steps) == (0.1, 5)  # the flags win (0.1 is also the default)
+    assert cfg.policy.repo_id is None  # where this run publishes is not taken from the base
+    again = parse_train_config(config_to_flags(cfg))
+    assert again == cfg
+
+
+def test_policy_path_sets_the_type_and_a_contradicting_type_is_refused(tmp_path: Path) -> None:
+    base = _saved_policy(tmp_path / "mlp_base", MLPConfig(hidden_dim=7))
+    cfg = parse_train_config([f"--policy.path={base}"])
+    assert isinstance(cfg.policy, MLPConfig) and cfg.policy.hidden_dim == 7
+    assert "holds a 'mlp' policy, but --policy.type is 'act'; drop --policy.type" in error_of([f"--policy.path={base}", "--policy.type=act"])
+    assert "config.json is missing" in error_of([f"--policy.path={tmp_path / 'nowhere'}"])

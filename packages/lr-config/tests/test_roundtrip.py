@@ -35,6 +35,7 @@ from lr_config import (
     from_dict,
     load_json,
     parse_train_config,
+    policy_config_dict,
     save_json,
     to_dict,
     validate,
@@ -264,9 +265,24 @@ def test_defaults_are_written_too(policy: PolicyConfigBase) -> None:
     assert data["output_dir"] is None
 
 
+def with_a_saved_policy(cfg: TrainConfig, folder: Path, saved: PolicyConfigBase) -> TrainConfig:
+    """`cfg` with its --policy.path (when set) a real folder whose config.json holds `saved`
+    (or its type's defaults when `saved` is another type): the parser starts the policy from
+    it, so the flags must say every setting of `cfg.policy` that differs from it."""
+    if cfg.policy.path is None:
+        return cfg
+    saved = saved if type(saved) is type(cfg.policy) else type(cfg.policy)()
+    save_json(folder / "config.json", policy_config_dict(saved))
+    return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, path=folder))
+
+
 @SETTINGS
-@given(cfg=train_configs(config_path=False), launcher=st.sampled_from(["torchrun", "accelerate"]))
-def test_config_to_flags_and_launch_commands_rebuild_the_config(cfg: TrainConfig, launcher: str) -> None:
+@given(cfg=train_configs(config_path=False), launcher=st.sampled_from(["torchrun", "accelerate"]),
+       saved_policy=st.one_of(act_configs(), mlp_configs()))
+def test_config_to_flags_and_launch_commands_rebuild_the_config(
+    tmp_path_factory: pytest.TempPathFactory, cfg: TrainConfig, launcher: str, saved_policy: PolicyConfigBase
+) -> None:
+    cfg = with_a_saved_policy(cfg, tmp_path_factory.mktemp("policy"), saved_policy)
     flags = config_to_flags(cfg)
     assert parse_train_config(flags) == cfg
     assert len({f.split("=")[0] for f in flags}) == len(flags)
@@ -283,15 +299,16 @@ def test_config_to_flags_of_the_defaults_is_empty() -> None:
 
 
 @settings(SETTINGS, max_examples=20)
-@given(saved=train_configs(config_path=False), cfg=train_configs(config_path=False), resume=st.booleans())
+@given(saved=train_configs(config_path=False), cfg=train_configs(config_path=False), resume=st.booleans(),
+       saved_policy=st.one_of(act_configs(), mlp_configs()))
 def test_config_to_flags_over_a_config_path(
-    tmp_path_factory: pytest.TempPathFactory, saved: TrainConfig, cfg: TrainConfig, resume: bool
+    tmp_path_factory: pytest.TempPathFactory, saved: TrainConfig, cfg: TrainConfig, resume: bool, saved_policy: PolicyConfigBase
 ) -> None:
     # The parser starts from the file, so the flags must say what differs from the file,
     # including a setting put back to its default and a policy type put back to act.
     path = tmp_path_factory.mktemp("base") / "train_config.json"
     save_json(path, to_dict(saved))
-    cfg = dataclasses.replace(cfg, config_path=path, resume=resume)
+    cfg = with_a_saved_policy(dataclasses.replace(cfg, config_path=path, resume=resume), path.parent / "policy", saved_policy)
     flags = config_to_flags(cfg)
     assert f"--config_path={path}" in flags
     assert parse_train_config(flags) == cfg

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lr_config import ConfigError, TrainConfig, check_repo_id, parse_train_config, validate
+from lr_config import ACTConfig, ConfigError, TrainConfig, check_repo_id, parse_train_config, policy_config_dict, save_json, validate
 
 
 def problems(argv: list[str], world_size: int | None = None, nnodes: int = 1) -> list[str]:
@@ -195,11 +195,12 @@ def test_checkpoint_async_needs_a_dcp_format() -> None:
     assert problems(["--checkpoint_async=true", "--checkpoint_format=dcp", "--parallelism.dp_shard=-1"], 2) == []
 
 
-def test_peft_needs_policy_path() -> None:
+def test_peft_needs_policy_path(tmp_path) -> None:
     line = only_problem(["--peft.method_type=LORA"])
     assert line.startswith("--peft.method_type=LORA needs --policy.path=")
-    assert problems(["--peft.method_type=LORA", "--policy.path=/models/base"]) == []
-    assert "--peft.r: must be >= 1, got 0" in problems(["--peft.method_type=LORA", "--policy.path=/m", "--peft.r=0"])
+    save_json(tmp_path / "config.json", policy_config_dict(ACTConfig()))
+    assert problems(["--peft.method_type=LORA", f"--policy.path={tmp_path}"]) == []
+    assert "--peft.r: must be >= 1, got 0" in problems(["--peft.method_type=LORA", f"--policy.path={tmp_path}", "--peft.r=0"])
     assert only_problem(["--peft.lora_dropout=1.5"]) == "--peft.lora_dropout: must be in [0, 1), got 1.5"
 
 

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,19 @@ def tree_hash(root: Path) -> dict[str, str]:
 
 def test_tiny_act_run_writes_the_documented_files_and_learns(tmp_path, demo_dataset):
     out = tmp_path / "run"
-    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY,
-                    "--steps=30", "--log_freq=5", "--save_freq=15", "--optimizer.lr=0.003"])
+    umask = os.umask(0o022)  # the run inherits it
+    try:
+        proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY,
+                        "--steps=30", "--log_freq=5", "--save_freq=15", "--optimizer.lr=0.003"])
+    finally:
+        os.umask(umask)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # readable by a team: what the umask gives, never a private 0600/0700 from mkstemp/mkdtemp
+    for path in (out, out / "pretrained_model", out / "checkpoints" / "000030", out / "checkpoints" / "000030" / "training_state"):
+        assert path.stat().st_mode & 0o777 == 0o755, path
+    for path in (out / "train_config.json", out / "pretrained_model" / "train_config.json", out / "pretrained_model" / "model.safetensors",
+                 out / "checkpoints" / "000030" / "training_state" / "training_step.json", out / "run.json"):
+        assert path.stat().st_mode & 0o777 == 0o644, path
     assert "batch_size 16 x dp_world_size 1 x grad_accum 1 = effective batch 16" in proc.stdout
     assert f"checkpoints in {out / 'checkpoints'}" in proc.stdout and "metrics.jsonl" in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -54,6 +65,29 @@ def test_accumulation_saves_at_updates_and_the_final_checkpoint_is_the_last_upda
     assert (out / "checkpoints" / "last").resolve() == (out / "checkpoints" / "000006").resolve()
     step = json.loads((out / "checkpoints" / "000006" / "training_state" / "training_step.json").read_text())
     assert step["step"] == 6 and step["optimizer_updates"] == 3
+
+
+def test_fine_tuning_applies_the_policy_flags_over_the_saved_config_and_refuses_another_architecture(tmp_path, demo_dataset):
+    """`--policy.path` + `--policy.n_action_steps=3`: trained and recorded with 3 (the flag was once
+    dropped silently); an architecture flag that does not fit the saved weights exits 2 naming them."""
+    base = tmp_path / "base"
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={base}", f"--dataset.root={demo_dataset}", *TINY, "--steps=2",
+                    "--save_checkpoint=false"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tuned = tmp_path / "tuned"
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={tuned}", f"--dataset.root={demo_dataset}", "--steps=2", "--batch_size=8",
+                    f"--policy.path={base / 'pretrained_model'}", "--policy.n_action_steps=3", "--save_checkpoint=false"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for config in (tuned / "train_config.json", tuned / "pretrained_model" / "train_config.json"):
+        policy = json.loads(config.read_text())["policy"]
+        assert (policy["n_action_steps"], policy["dim_model"], policy["n_heads"]) == (3, 32, 2), config
+    assert json.loads((tuned / "pretrained_model" / "config.json").read_text())["n_action_steps"] == 3
+    wrong = tmp_path / "wrong"
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={wrong}", f"--dataset.root={demo_dataset}", "--steps=2",
+                    f"--policy.path={base / 'pretrained_model'}", "--policy.dim_feedforward=128"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "does not fit the policy these settings build" in proc.stderr and "architecture settings" in proc.stderr
+    assert not (wrong / "checkpoints").exists()
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, demo_dataset):

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ._load import load_model_and_optimizer
     from ._rng import capture_rng_state, restore_rng
     from ._save import pending_save, save_checkpoint, wait_for_pending_save, wait_for_staging
+    from ._st_writer import write_tensor_dict
     from ._verify import verify_checkpoint
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "verify_checkpoint",
     "wait_for_pending_save",
     "wait_for_staging",
+    "write_tensor_dict",
 ]
 
 _HEAVY = {
@@ -85,6 +87,7 @@ _HEAVY = {
     "verify_checkpoint": "._verify",
     "wait_for_pending_save": "._save",
     "wait_for_staging": "._save",
+    "write_tensor_dict": "._st_writer",
 }
 
 

@@ -59,6 +59,7 @@ from ._files import (
     save_training_step,
 )
 from ._flags import all_flag_paths, format_help, parse_train_config, split_flags
+from ._policy_file import POLICY_CONFIG_VERSION, load_policy_config, policy_config_dict
 from ._launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
 from ._resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact
 from ._serde import from_dict, load_json, make_converter, save_json, to_dict
@@ -71,6 +72,7 @@ __all__ = [
     "DEMO_REPO_ID",
     "CHECKSUMS_VERSION",
     "FILES_VERSION",
+    "POLICY_CONFIG_VERSION",
     "POLICY_TYPES",
     "TRAIN_CONFIG_VERSION",
     "TRAINING_STEP_VERSION",
@@ -116,11 +118,13 @@ __all__ = [
     "from_dict",
     "holds_a_run",
     "load_checksums",
+    "load_policy_config",
     "load_json",
     "load_run_status",
     "load_training_step",
     "make_converter",
     "parse_train_config",
+    "policy_config_dict",
     "parse_metrics_line",
     "read_metrics",
     "refused_accelerate_vars",

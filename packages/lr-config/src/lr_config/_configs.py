@@ -107,7 +107,7 @@ class PolicyConfigBase:
     path: Path | None = doc(None, "Folder of a saved policy (config.json + model.safetensors) to fine-tune.")
     repo_id: str | None = doc(None, "Hub repo id (user/name) to publish to with push_to_hub.")
     push_to_hub: bool = doc(False, "Publish the trained model to the Hub at the end of training.")
-    private: bool = doc(False, "Create the Hub repo as private.")
+    private: bool = doc(False, "Publish to a private repo: a new repo is created private; an existing public one is refused (visibility is never changed).")
     license: str = doc("apache-2.0", "License written in the model card.")
     input_features: dict[str, FeatureSpec] | None = doc(None, "Inputs; filled from the dataset when unset.")
     output_features: dict[str, FeatureSpec] | None = doc(None, "Outputs; filled from the dataset when unset.")

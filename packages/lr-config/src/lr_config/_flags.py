@@ -9,7 +9,10 @@
 4. structures the result strictly; errors name the flag.
 
 Changing `--policy.type` swaps the policy block for the new type's defaults before the
-other `--policy.*` flags are merged, as LeRobot users expect.
+other `--policy.*` flags are merged, as LeRobot users expect. `--policy.path=<folder>`
+(fine-tuning) starts the policy block from that folder's config.json instead, its type
+included, and the other `--policy.*` flags are merged over it (an architecture setting that
+does not fit the saved weights is refused when they load).
 
 `resume` is only ever asked for on the command line: a file's `"resume": true` (every resumed
 run saves one in its checkpoints) is read as false, so `--config_path=<checkpoint>` without
@@ -32,6 +35,7 @@ from typing import Any, Literal, Union
 
 from ._configs import POLICY_TYPES, PolicyConfigBase, TrainConfig, TRAIN_CONFIG_VERSION
 from ._errors import ConfigError, did_you_mean
+from ._policy_file import load_policy_config
 from ._serde import from_dict, hints, load_json, to_dict
 
 __all__ = ["all_flag_paths", "field_names_at", "format_help", "parse_train_config", "split_flags"]
@@ -197,6 +201,11 @@ def _base_dict(config_path: str | None) -> dict[str, Any]:
     return data
 
 
+_WHERE_THE_POLICY_GOES = ("device", "path", "repo_id", "push_to_hub", "private", "license")
+"""Where this run puts and publishes the policy: kept when the policy block is swapped (a new
+--policy.type, or --policy.path's config.json)."""
+
+
 def _switch_policy_type(base: dict[str, Any], new_type: str) -> None:
     if new_type not in POLICY_TYPES:
         raise ConfigError(
@@ -204,11 +213,27 @@ def _switch_policy_type(base: dict[str, Any], new_type: str) -> None:
             f"known types: {', '.join(POLICY_TYPES)}"
         )
     if base["policy"].get("type") != new_type:
-        keep = {k: base["policy"][k] for k in ("device", "path", "repo_id", "push_to_hub", "private")}
+        keep = {k: base["policy"][k] for k in _WHERE_THE_POLICY_GOES if k in base["policy"]}
         fresh = to_dict(POLICY_TYPES[new_type]())
         fresh["type"] = new_type
         fresh.update(keep)
         base["policy"] = fresh
+
+
+def _start_from_policy_path(base: dict[str, Any], flags: dict[str, str]) -> None:
+    """`--policy.path=<folder>`: the policy block becomes the saved policy's config.json (its
+    type included), before the other `--policy.*` flags are merged over it."""
+    if flags["policy.path"].strip() in ("", "null", "None"):
+        return
+    saved = load_policy_config(Path(flags["policy.path"]))
+    if "policy.type" in flags and flags["policy.type"] != saved.type_name:
+        raise ConfigError(
+            f"--policy.path: {flags['policy.path']} holds a {saved.type_name!r} policy, but --policy.type is "
+            f"{flags['policy.type']!r}; drop --policy.type (the path sets it)"
+        )
+    policy = {"type": saved.type_name, **to_dict(saved)}
+    policy.update({k: base["policy"][k] for k in _WHERE_THE_POLICY_GOES if k in base["policy"]})
+    base["policy"] = policy
 
 
 def parse_train_config(argv: list[str]) -> TrainConfig:
@@ -217,6 +242,8 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
     base = _base_dict(flags.get("config_path"))
     if "policy.type" in flags:
         _switch_policy_type(base, flags["policy.type"])
+    if "policy.path" in flags:
+        _start_from_policy_path(base, flags)
     for name, raw in flags.items():
         tp = _type_at(TrainConfig, name)
         if _fields_of(tp) is not None:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ._configs import TrainConfig
 from ._errors import ConfigError
-from ._flags import _base_dict, _switch_policy_type, all_flag_paths
+from ._flags import _base_dict, _start_from_policy_path, _switch_policy_type, all_flag_paths
 from ._serde import to_dict
 from ._topology import Topology
 from ._validate import validate
@@ -98,7 +98,8 @@ def config_to_flags(cfg: TrainConfig) -> list[str]:
     """The `--a.b=value` flags that rebuild `cfg` with `parse_train_config` (only what differs).
 
     The base is the one the parser starts from: the defaults, or `cfg.config_path`'s file
-    (read here), with the policy block swapped when `--policy.type` changes it.
+    (read here), with the policy block swapped when `--policy.type` changes it, or taken
+    from `--policy.path`'s config.json (read here) when that flag will be given.
     """
     leaves = set(all_flag_paths(TrainConfig))
     config_path = None if cfg.config_path is None else str(cfg.config_path)
@@ -108,6 +109,9 @@ def config_to_flags(cfg: TrainConfig) -> list[str]:
     if base["policy"].get("type") != policy_type:
         flags.append(f"--policy.type={policy_type}")
         _switch_policy_type(base, policy_type)
+    policy_path = None if cfg.policy.path is None else str(cfg.policy.path)
+    if policy_path is not None and base["policy"].get("path") != policy_path:  # the parser will start from its config.json
+        _start_from_policy_path(base, {"policy.path": policy_path})
     defaults = _flatten(base, leaves)
     for path, value in _flatten(to_dict(cfg), leaves).items():
         if path in ("policy.type", "config_path"):

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 import shlex
-import tempfile
+import secrets
 import types
 import typing
 from pathlib import Path
@@ -313,11 +313,23 @@ def _policy_type_problem(policy: Any, flag: str) -> str | None:
     return None
 
 
+def _new_temp_file(path: Path) -> tuple[int, str]:
+    """A new file beside `path` under a unique temp name, opened for writing. Its mode is what
+    the umask gives (0644 under the usual 022), as for any file the user writes: mkstemp's
+    0600 would leave checkpoints and configs unreadable to the rest of a team."""
+    while True:
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
 def save_json(path: Path, data: Any) -> None:
     """Write JSON atomically: a temp file in the same folder, fsync, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp_file(path)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=False)

@@ -8,8 +8,8 @@ files are written by the main rank inside lr-checkpoint / lr-publish. Resume is 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,12 +26,12 @@ from lr_checkpoint import (
     save_checkpoint,
     wait_for_pending_save,
     wait_for_staging,
+    write_tensor_dict,
 )
-from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json, save_json, to_dict
+from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json, policy_config_dict, save_json, to_dict
 
 from ._optim import apply_hyperparameters
 from ._parallel.dist import DistContext, barrier
-from ._policies.base import policy_config_dict
 from ._processors import save_processors
 
 if TYPE_CHECKING:
@@ -193,10 +193,9 @@ def write_final_model(run: Run) -> None:
     """Gather the full weights (collective); the main rank writes output_dir/pretrained_model atomically."""
     state = gather_model_state_dict(run.model)
     if run.ctx.is_main:
-        from safetensors.torch import save_file
-
         final = run.output_dir / "pretrained_model"
-        tmp = Path(tempfile.mkdtemp(prefix=".pretrained_model.tmp-", dir=run.output_dir))
+        tmp = run.output_dir / f".pretrained_model.tmp-{secrets.token_hex(4)}"
+        tmp.mkdir()  # not mkdtemp: its 0700 would stay on pretrained_model/ (a plain mkdir gets the umask's mode)
         name = "model.safetensors"
         if run.cfg.peft.method_type is not None:
             keep = trainable_names(run)
@@ -204,7 +203,7 @@ def write_final_model(run: Run) -> None:
             if not state:  # never write an empty adapter that claims to be the trained model
                 raise RuntimeError(f"no trainable tensor of {sorted(keep)[:3]}... found in the gathered state dict")
             name = "adapter_model.safetensors"
-        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / name))
+        write_tensor_dict(tmp / name, state)
         _write_pretrained_extras(run)(tmp)
         save_json(tmp / "train_config.json", to_dict(run.cfg))
         old = run.output_dir / ".pretrained_model.old"

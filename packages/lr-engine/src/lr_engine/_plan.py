@@ -19,14 +19,12 @@ from torch import nn
 
 from ._data.dataset import demo_meta_without_files, load_meta, resolve_dataset_root
 from ._parallel.wrap import WrapPlan, plan_wrap
-from ._policies.base import load_policy_config, make_policy
+from ._policies.base import make_policy
 from ._setup import policy_type
 
 
 def _meta_policy(cfg: TrainConfig) -> tuple[TrainConfig, nn.Module]:
-    policy_cfg = cfg.policy
-    if policy_cfg.path is not None:
-        policy_cfg = load_policy_config(policy_cfg.path)
+    policy_cfg = cfg.policy  # with --policy.path, the parser started it from that folder's config.json
     if policy_cfg.input_features is None or policy_cfg.output_features is None:
         if cfg.dataset.root is None and cfg.dataset.repo_id == DEMO_REPO_ID:
             root = resolve_dataset_root(cfg.dataset, create_demo=False)

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 from lr_config import ConfigError, FeatureSpec
-from safetensors.torch import load_file, save_file
+from lr_checkpoint import write_tensor_dict
+from safetensors.torch import load_file
 
 PROCESSOR_VERSION = 1
 _EPS = 1e-8
@@ -86,7 +87,7 @@ class Normalizer:
     def save(self, directory: Path, name: str) -> None:
         kind = "unnormalizer" if self.inverse else "normalizer"
         state_file = f"{name}_step_0_{kind}.safetensors"
-        save_file(self.state_dict(), str(directory / state_file))
+        write_tensor_dict(directory / state_file, self.state_dict())
         desc = {
             "version": PROCESSOR_VERSION,
             "name": name,

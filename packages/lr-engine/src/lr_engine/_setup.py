@@ -24,14 +24,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from lr_checkpoint import list_step_dirs
-from lr_config import ConfigError, ParallelismConfig, TrainConfig, TrainingStep, holds_a_run
+from lr_config import ConfigError, ParallelismConfig, TrainConfig, TrainingStep, holds_a_run, load_policy_config
 from torch import nn
 
 from ._data.dataset import LeRobotDataset, resolve_dataset_root
 from ._data.sampler import DataPosition, GlobalOrderBatchSampler, resume_position
 from ._parallel.dist import DistContext
 from ._parallel.wrap import WrapPlan, apply_ddp, apply_fsdp, plan_wrap
-from ._policies.base import Policy, load_policy_config, load_weights, make_policy
+from ._policies.base import Policy, load_weights, make_policy
 from ._processors import Normalizer, make_processors
 
 
@@ -134,10 +134,11 @@ def resolve_features(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
     """Fill the dataset root and the policy's features (from --policy.path or the dataset)."""
     policy = cfg.policy
     if policy.path is not None:  # before the demo dataset may be generated: a bad path writes nothing
+        # the parser started the policy settings from its config.json and merged the flags over
+        # them; a config file naming the path may still hold another type
         base = load_policy_config(policy.path)
         if type(base) is not type(policy):
             raise ConfigError(f"--policy.path: {policy.path} holds a {base.type_name!r} policy, but --policy.type is {policy.type_name!r}")
-        policy = replace(base, **{k: getattr(policy, k) for k in ("device", "path", "repo_id", "push_to_hub", "private", "license")})
     root = resolve_dataset_root(cfg.dataset, create_demo=ctx.is_main)
     if ctx.distributed:
         dist.barrier()  # the main rank may have generated the demo dataset

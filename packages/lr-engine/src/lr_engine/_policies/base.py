@@ -15,19 +15,16 @@ travel only as safetensors: nothing is unpickled.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
-from lr_config import ConfigError, PolicyConfigBase, from_dict, save_json, to_dict
-from lr_config import PolicyConfig
+from lr_checkpoint import write_tensor_dict
+from lr_config import ConfigError, PolicyConfigBase, load_policy_config, policy_config_dict, save_json
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
-
-POLICY_CONFIG_VERSION = 1
 
 
 class Policy(nn.Module):
@@ -98,8 +95,6 @@ def make_policy(config: PolicyConfigBase) -> Policy:
     return policy_class(config.type_name)(config)
 
 
-def policy_config_dict(config: PolicyConfigBase) -> dict[str, Any]:
-    return {"version": POLICY_CONFIG_VERSION, "type": config.type_name, **to_dict(config)}
 
 
 def save_pretrained(policy: Policy, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
@@ -107,23 +102,7 @@ def save_pretrained(policy: Policy, directory: Path, state_dict: dict[str, torch
     directory.mkdir(parents=True, exist_ok=True)
     save_json(directory / "config.json", policy_config_dict(policy.config))
     sd = state_dict if state_dict is not None else policy.state_dict()
-    save_file({k: v.detach().contiguous().cpu() for k, v in sd.items()}, str(directory / "model.safetensors"))
-
-
-def load_policy_config(directory: Path) -> PolicyConfigBase:
-    path = Path(directory) / "config.json"
-    if Path(directory).exists() and not Path(directory).is_dir():
-        raise ConfigError(f"--policy.path: {directory} is a file; point it at a folder with config.json and model.safetensors")
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"--policy.path: {path} is missing; point it at a folder with config.json and model.safetensors") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"--policy.path: {path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or data.pop("version", None) != POLICY_CONFIG_VERSION:
-        raise ConfigError(f"--policy.path: {path} has an unsupported version; expected {POLICY_CONFIG_VERSION}")
-    config: PolicyConfigBase = from_dict(PolicyConfig, data, source=str(path))  # type: ignore[arg-type]
-    return config
+    write_tensor_dict(directory / "model.safetensors", sd)
 
 
 def load_weights(policy: nn.Module, directory: Path) -> None:
@@ -136,7 +115,14 @@ def load_weights(policy: nn.Module, directory: Path) -> None:
         state = load_file(str(path))
     except (SafetensorError, OSError) as exc:
         raise ConfigError(f"--policy.path: {path} is not a readable safetensors file ({exc})") from None
-    missing, unexpected = policy.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = policy.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a tensor of another shape: an architecture setting differs from the saved one
+        sizes = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line][:3]
+        raise ConfigError(
+            f"--policy.path: {path} does not fit the policy these settings build ({'; '.join(sizes) or exc}); "
+            f"architecture settings (sizes, layers, heads) cannot change when fine-tuning: keep those of {Path(directory) / 'config.json'}"
+        ) from None
     if missing or unexpected:
         raise ConfigError(
             f"--policy.path: {path} does not match the policy in config.json "
