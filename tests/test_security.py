@@ -216,9 +216,13 @@ def test_resume_writes_only_inside_the_run_that_holds_the_checkpoint(tiny_run: T
     assert not (tmp_path / "elsewhere").exists()
 
 
-def _launch_values() -> dict[str, str]:
+def _launch_values(cwd: Path) -> dict[str, str]:
+    """Metacharacters in every text field. The parser reads --policy.path's config.json, so
+    that path (relative to `cwd`, the working folder of the test) is a real saved policy."""
+    from lr_config import ACTConfig, policy_config_dict, save_json
     from lr_tui._launch_form import default_values
 
+    save_json(cwd / f"x{METACHARACTERS}" / "config.json", policy_config_dict(ACTConfig()))
     values = default_values()
     for key in ("policy_path", "dataset_repo_id", "dataset_root", "output_dir"):
         values[key] = f"x{METACHARACTERS}"
@@ -236,7 +240,7 @@ def _bash_split(rendered: str, cwd: Path) -> list[str]:
     return done.stdout.decode().split("\0")[:-1]
 
 
-def test_the_launch_form_passes_shell_metacharacters_literally(tmp_path: Path) -> None:
+def test_the_launch_form_passes_shell_metacharacters_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Shell metacharacters in every text field of the launch form: each argv element carries them
     literally, bash re-splits the rendered command to the same argv, and the TUI's launcher runs
     it without a shell (no file appears).
@@ -244,7 +248,10 @@ def test_the_launch_form_passes_shell_metacharacters_literally(tmp_path: Path) -
     from lr_tui._cli_tasks import start_training
     from lr_tui._launch_form import evaluate
 
-    plan = evaluate(_launch_values())
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    plan = evaluate(_launch_values(cwd))
     assert plan.ok and plan.argv is not None, plan.problems
     argv = plan.argv
     for flag in ("--policy.path", "--dataset.repo_id", "--dataset.root", "--output_dir"):
@@ -256,20 +263,23 @@ def test_the_launch_form_passes_shell_metacharacters_literally(tmp_path: Path) -
     proc = start_training(printer, tmp_path / "out")
     assert proc.wait(timeout=60) == 0
     assert repr(argv) in (tmp_path / "out" / "logs" / "launch.log").read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no pwned, pwned2 or out.txt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "out"]  # no pwned, pwned2 or out.txt
+    assert [p.name for p in cwd.iterdir()] == ["x; rm -rf "]  # only the saved policy's folder
 
 
-def test_metacharacters_in_any_other_launch_field_are_refused_at_that_field() -> None:
+def test_metacharacters_in_any_other_launch_field_are_refused_at_that_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Shell metacharacters in each numeric, launcher or free-flags field: no command is built, and the
     problem is shown at that field.
     """
     from lr_tui._launch_form import FIELDS, evaluate
 
+    monkeypatch.chdir(tmp_path)
+
     literal = {"policy_path", "dataset_repo_id", "dataset_root", "output_dir"}
     refused = [f.key for f in FIELDS if not f.options and f.key not in literal]
     assert len(refused) >= 10
     for key in refused:
-        values = {**_launch_values(), "nnodes": "2" if key == "rdzv_endpoint" else "1"}
+        values = {**_launch_values(tmp_path), "nnodes": "2" if key == "rdzv_endpoint" else "1"}
         plan = evaluate({**values, key: METACHARACTERS})
         assert plan.argv is None and plan.preview == "", key
         assert key in plan.problems, (key, plan.problems)

@@ -95,8 +95,6 @@ def make_policy(config: PolicyConfigBase) -> Policy:
     return policy_class(config.type_name)(config)
 
 
-
-
 def save_pretrained(policy: Policy, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
     """config.json + model.safetensors (the given state dict, e.g. a gathered one)."""
     directory.mkdir(parents=True, exist_ok=True)
