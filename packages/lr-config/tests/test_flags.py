@@ -281,6 +281,19 @@ def test_a_resume_writes_into_the_run_folder_that_holds_the_checkpoint(tmp_path:
     assert parse_train_config(["--resume=true", f"--config_path={tmp_path / 'preset.json'}"]).output_dir == Path("/elsewhere/old_run")
 
 
+def test_a_resume_from_a_relative_path_finds_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--config_path=last` typed inside checkpoints/ (or `.` inside a step folder) names a step of
+    the run as much as the absolute path does."""
+    run = tmp_path / "run"
+    step = run / "checkpoints" / "000004" / "pretrained_model"
+    step.mkdir(parents=True)
+    (run / "checkpoints" / "last").symlink_to("000004")
+    save_json(step / "train_config.json", to_dict(parse_train_config(["--output_dir=/elsewhere/old_run"])))
+    for cwd, config_path in ((run / "checkpoints", "last"), (run / "checkpoints", "000004"), (step.parent, "."), (run, "checkpoints/last")):
+        monkeypatch.chdir(cwd)
+        assert parse_train_config(["--resume=true", f"--config_path={config_path}"]).output_dir == run, (cwd, config_path)
+
+
 def test_a_resume_of_a_checkpoint_outside_a_run_needs_an_output_dir(tmp_path: Path) -> None:
     """A step folder copied out of its run (/keep/000500): the output_dir saved in it may be the
     original run, still in use; a resume must say where it writes."""

@@ -271,8 +271,10 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
 def run_folder_of(config_file: Path) -> Path | None:
     """The run folder holding the checkpoint whose train_config.json is `config_file`
     (`<run>/checkpoints/<step or last>/pretrained_model/train_config.json`, or the run's own
-    `<run>/train_config.json` beside `checkpoints/`); None for a file elsewhere."""
-    parents = config_file.parents
+    `<run>/train_config.json` beside `checkpoints/`); None for a file elsewhere. A relative
+    path counts from the working folder (`--config_path=last` from inside `checkpoints/`);
+    links are not followed, so `last` stays a step of the same run."""
+    parents = Path(os.path.abspath(config_file)).parents
     if len(parents) > 3 and parents[0].name == "pretrained_model" and parents[2].name == "checkpoints":
         return parents[3]
     if (parents[0] / "checkpoints").is_dir():
