@@ -51,6 +51,19 @@ def test_refuses_to_overwrite_without_the_flag(copy_step) -> None:  # type: igno
     assert all(v.dtype == torch.float16 for v in load_file(str(target)).values())
 
 
+def test_a_damaged_checksums_file_stops_the_conversion_before_anything_changes(copy_step) -> None:  # type: ignore[no-untyped-def]
+    """checksums.json is read while the shards copy: a damaged one must still be found before
+    model.safetensors is replaced (the error says nothing changed, so nothing may have)."""
+    root = copy_step("fsdp_safetensors_dcp")
+    target = root / "pretrained_model" / "model.safetensors"
+    (root / "checksums.json").write_text('{"version": 1, "files": {')
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(lc.CheckpointError, match="checksums.json: not valid JSON"):
+        lc.convert_checkpoint(root, dtype="bf16", overwrite=True)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert target.exists()
+
+
 def test_a_checkpoint_without_shards_is_a_clear_error(copy_step) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(lc.CheckpointError, match=r"has no DCP model shards \(pytorch_model_fsdp_0/\) to convert \(it already has model.safetensors\)"):
         lc.convert_checkpoint(copy_step("fsdp_safetensors"))

@@ -38,9 +38,9 @@ def _specs(meta: DcpMetadata, dtype: str) -> list[TensorSpec]:
     return [TensorSpec(name=key, dtype=_target_dtype(meta.tensors[key].dtype, dtype), shape=meta.tensors[key].shape) for key in sorted(meta.tensors)]
 
 
-def _check_equal(path: Path, meta: DcpMetadata, specs: list[TensorSpec]) -> None:
-    """Before shards are deleted: every tensor of the new file against the shards as DCP
-    itself loads them (torch; a second reader, not the one that wrote the file)."""
+def _check_equal(path: Path, meta: DcpMetadata, specs: list[TensorSpec], shown: Path) -> None:
+    """Before shards are deleted: every tensor of the new file (`path`, shown as `shown`) against
+    the shards as DCP itself loads them (torch; a second reader, not the one that wrote the file)."""
     import torch
     from safetensors import safe_open
 
@@ -49,7 +49,7 @@ def _check_equal(path: Path, meta: DcpMetadata, specs: list[TensorSpec]) -> None
     with safe_open(str(path), framework="pt") as f:
         for (key, tensor), spec in zip(iter_dcp_tensors(meta, [s.name for s in specs]), specs):
             if not torch.equal(f.get_tensor(key), tensor.to(getattr(torch, spec.dtype))):
-                raise CheckpointError(f"{path}: tensor {key!r} differs from the DCP shards after writing; the shards were kept")
+                raise CheckpointError(f"{shown}: tensor {key!r} differs from the DCP shards after writing; nothing was changed")
 
 
 def convert_checkpoint(checkpoint_dir: Path, *, dtype: str = "fp32", overwrite: bool = False, delete_dcp: bool = False) -> Path:
@@ -65,10 +65,16 @@ def convert_checkpoint(checkpoint_dir: Path, *, dtype: str = "fp32", overwrite: 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lr-checksums") as pool:
         # checksums.json is parsed (cattrs' import and set-up: about 65 ms) while the shards copy
         current = pool.submit(read_checksums, files.root)
-        digest = write_safetensors_body(files.model, specs, dcp_safetensors_body(meta, specs), {"format": "pt"}, direct=True)
+
+        def before_rename(tmp: Path) -> None:
+            # a damaged checksums.json or a mismatch stops the conversion before model.safetensors
+            # is replaced: an error leaves the step folder as it was
+            current.result()
+            if delete_dcp:
+                _check_equal(tmp, meta, specs, shown=files.model)
+
+        digest = write_safetensors_body(files.model, specs, dcp_safetensors_body(meta, specs), {"format": "pt"}, direct=True, before_rename=before_rename)
         sums = current.result()
-    if delete_dcp:
-        _check_equal(files.model, meta, specs)
     update_checksums(files.root, sums, written={files.model: digest}, removed_folder=files.model_dcp if delete_dcp else None)
     if delete_dcp:
         shutil.rmtree(files.model_dcp)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from safetensors import safe_open
@@ -59,13 +59,15 @@ def write_safetensors_body(
     metadata: Mapping[str, str] | None = None,
     *,
     direct: bool = False,
+    before_rename: Callable[[Path], None] | None = None,
 ) -> FileDigest:
     """`write_safetensors` for a caller that yields the data section itself: the bytes of every
     tensor of `specs`, in order, in pieces of any size. A piece is hashed while the next one is
     made, so its memory must stay unchanged until the piece after the next is requested (a
     caller may reuse it then). The total must be what the header promised; safetensors then
     reads the file back (names, shapes) before it is renamed into place. `direct` writes
-    with O_DIRECT where the filesystem takes it (`_direct_io`)."""
+    with O_DIRECT where the filesystem takes it (`_direct_io`). `before_rename(tmp)` runs on the
+    complete file under its temporary name: whatever it raises leaves `path` as it was."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
@@ -85,6 +87,8 @@ def write_safetensors_body(
         finally:
             sink.close()
         check_readable(tmp, specs)
+        if before_rename is not None:
+            before_rename(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
