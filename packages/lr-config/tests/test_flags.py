@@ -12,6 +12,7 @@ import pytest
 from lr_config import (
     ACTConfig,
     ConfigError,
+    FeatureSpec,
     MLPConfig,
     TrainConfig,
     all_flag_paths,
@@ -453,3 +454,69 @@ def test_policy_path_sets_the_type_and_a_contradicting_type_is_refused(tmp_path:
     assert isinstance(cfg.policy, MLPConfig) and cfg.policy.hidden_dim == 7
     assert "holds a 'mlp' policy, but --policy.type is 'act'; drop --policy.type" in error_of([f"--policy.path={base}", "--policy.type=act"])
     assert "config.json is missing" in error_of([f"--policy.path={tmp_path / 'nowhere'}"])
+
+
+def test_a_dry_run_and_its_world_size_are_requests_of_the_command_never_read_from_a_file(tmp_path: Path) -> None:
+    saved = to_dict(parse_train_config(["--dry_run=true", "--world_size=8", "--steps=7"]))
+    save_json(tmp_path / "train_config.json", saved)
+    cfg = parse_train_config([f"--config_path={tmp_path}"])
+    assert (cfg.dry_run, cfg.world_size, cfg.steps) == (False, None, 7)
+    planned = parse_train_config([f"--config_path={tmp_path}", "--dry_run=true", "--world_size=2"])
+    assert (planned.dry_run, planned.world_size) == (True, 2)
+
+
+def _a_run(root: Path, steps: tuple[int, ...] = (2, 4)) -> Path:
+    """A run folder as the engine leaves it: its own train_config.json, checkpoints/<step>/ and last."""
+    save_json(root / "train_config.json", to_dict(parse_train_config([f"--output_dir={root}", "--steps=99"])))
+    for step in steps:
+        save_json(root / "checkpoints" / f"{step:06d}" / "pretrained_model" / "train_config.json",
+                  to_dict(parse_train_config([f"--output_dir={root}", f"--steps={step * 10}"])))
+    if steps:
+        (root / "checkpoints" / "last").symlink_to(f"{steps[-1]:06d}")
+    return root
+
+
+def test_a_resume_of_a_run_folder_or_its_checkpoints_folder_continues_from_last(tmp_path: Path) -> None:
+    run = _a_run(tmp_path / "run")
+    last = run / "checkpoints" / "last" / "pretrained_model" / "train_config.json"
+    for config_path in (run, run / "checkpoints"):
+        cfg = parse_train_config(["--resume=true", f"--config_path={config_path}"])
+        assert (cfg.config_path, cfg.output_dir, cfg.steps) == (last, run, 40)
+    # without --resume, the run folder means the run's own settings; checkpoints/ still means last
+    assert parse_train_config([f"--config_path={run}"]).steps == 99
+    assert parse_train_config([f"--config_path={run / 'checkpoints'}"]).steps == 40
+    empty = _a_run(tmp_path / "crashed", steps=())
+    (empty / "checkpoints").mkdir()
+    with pytest.raises(ConfigError, match=r"--config_path: .*crashed has no checkpoint to resume \(.*checkpoints/last does not name a saved step\)"):
+        parse_train_config(["--resume=true", f"--config_path={empty}"])
+
+
+@pytest.mark.parametrize(
+    ("name", "what"),
+    [("config.json", "the policy's config.json"), ("training_step.json", "a checkpoint's training state"), ("run.json", "a run's status file")],
+)
+def test_config_path_naming_another_lr_file_says_which_file_it_is(tmp_path: Path, name: str, what: str) -> None:
+    step = _a_run(tmp_path / "run") / "checkpoints" / "000004" / "pretrained_model"
+    (step / name).write_text("{}")
+    with pytest.raises(ConfigError, match=rf"--config_path: .*{name} is {what}.*, not a train_config.json; pass .*000004/pretrained_model/train_config.json"):
+        parse_train_config([f"--config_path={step / name}"])
+
+
+def test_a_new_dataset_over_a_config_file_is_looked_up_again_with_its_own_features(tmp_path: Path) -> None:
+    """A run saves the folder it found its dataset in (dataset.root) and the features it read there:
+    a new --dataset.repo_id must not train on the old folder with the old features."""
+    features = {"observation.state": FeatureSpec("STATE", [2])}
+    saved = parse_train_config(["--dataset.repo_id=me/old", f"--dataset.root={tmp_path / 'old'}", "--policy.type=mlp"])
+    saved.policy.input_features, saved.policy.output_features = features, {"action": FeatureSpec("ACTION", [2])}
+    save_json(tmp_path / "train_config.json", to_dict(saved))
+    same = parse_train_config([f"--config_path={tmp_path}", "--steps=5"])
+    assert same.dataset == saved.dataset and same.policy.input_features == features
+    moved = parse_train_config([f"--config_path={tmp_path}", "--dataset.repo_id=me/new"])
+    assert (moved.dataset.repo_id, moved.dataset.root) == ("me/new", None)
+    assert (moved.policy.input_features, moved.policy.output_features) == (None, None)
+    rooted = parse_train_config([f"--config_path={tmp_path}", f"--dataset.root={tmp_path / 'new'}"])
+    assert rooted.dataset.root == tmp_path / "new" and rooted.policy.input_features is None
+    kept = parse_train_config([f"--config_path={tmp_path}", "--dataset.repo_id=me/new", '--policy.input_features={"observation.state": {"type": "STATE", "shape": [2]}}'])
+    assert kept.policy.input_features == features and kept.policy.output_features is None
+    for cfg in (moved, rooted, kept):  # the launch flags rebuild it
+        assert parse_train_config(config_to_flags(cfg)) == cfg

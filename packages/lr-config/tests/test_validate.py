@@ -76,6 +76,27 @@ def test_sharded_checkpoint_format_on_sharded_runs(fmt: str) -> None:
     assert problems(hsdp, 4) == []
 
 
+@pytest.mark.parametrize(
+    ("flag", "shown", "back"),
+    [
+        ('--accelerator.fsdp.wrap_modules=["ACTEncoderLayer"]', '--accelerator.fsdp.wrap_modules=["ACTEncoderLayer"]', "--accelerator.fsdp.wrap_modules=null"),
+        ("--accelerator.fsdp.cpu_offload=true", "--accelerator.fsdp.cpu_offload=true", "--accelerator.fsdp.cpu_offload=false"),
+        ("--accelerator.fsdp.reshard_after_forward=false", "--accelerator.fsdp.reshard_after_forward=false", "--accelerator.fsdp.reshard_after_forward=true"),
+        ("--accelerator.fsdp.mixed_precision_policy.param_dtype=bfloat16", '--accelerator.fsdp.mixed_precision_policy.param_dtype="bfloat16"',
+         "--accelerator.fsdp.mixed_precision_policy.param_dtype=null"),
+    ],
+)
+@pytest.mark.parametrize(("argv", "world"), [([], 1), ([], 4), (["--parallelism.dp_replicate=2", "--parallelism.dp_shard=1"], 2)])
+def test_fsdp_settings_need_a_sharded_run(flag: str, shown: str, back: str, argv: list[str], world: int) -> None:
+    """accelerate trains plain DDP when its FSDP settings meet an unsharded run; lr says so instead,
+    with the flags that put them back (a resume of a sharded run onto one process may need them)."""
+    line = only_problem([flag, *argv], world)
+    assert line.startswith(f"--accelerator.fsdp: {shown} only apply to a sharded run, and this run is ")
+    assert line.endswith(f"shard it (--parallelism.dp_shard=-1 or N), or set them back ({back})")
+    assert problems([flag, "--parallelism.dp_shard=-1"], 2) == []
+    assert problems([flag, "--parallelism.dp_replicate=2", "--parallelism.dp_shard=2"], 4) == []
+
+
 def test_wrap_modules_and_min_num_params_are_exclusive() -> None:
     line = only_problem(['--accelerator.fsdp.wrap_modules=["Block"]', "--accelerator.fsdp.min_num_params=1000"])
     assert "--accelerator.fsdp.wrap_modules" in line and "--accelerator.fsdp.min_num_params" in line
@@ -141,6 +162,11 @@ def test_unknown_policy_type_suggests_the_closest() -> None:
         (["--dataset.episodes=[1, 1]"], "--dataset.episodes: expected distinct episode indices >= 0, got [1, 1]"),
         (["--dataset.episodes=[-1]"], "--dataset.episodes: expected distinct episode indices >= 0, got [-1]"),
         (["--world_size=0"], "--world_size: must be >= 1, got 0"),
+        (["--world_size=4"],
+         "--world_size: only plans a --dry_run=true (a run takes its process count from the launcher: torchrun --nproc-per-node=4); "
+         "add --dry_run=true or drop --world_size"),
+        (["--optimizer.weight_decay=-0.1"], "--optimizer.weight_decay: must be >= 0, got -0.1"),
+        (["--optimizer.eps=0"], "--optimizer.eps: must be > 0, got 0.0"),
         (["--version=2"], "--version: train_config schema version 2 is not supported (expected 1)"),
     ],
 )

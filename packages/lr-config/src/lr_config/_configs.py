@@ -159,7 +159,7 @@ class OptimizerConfig:
     type: Literal["adamw", "adam", "sgd"] = doc("adamw", "Optimizer.")
     lr: float = doc(1e-3, "Peak learning rate. Never scaled automatically with the batch.")
     weight_decay: float = doc(1e-4, "Weight decay.")
-    betas: list[float] = doc([0.9, 0.999], "Adam betas.")
+    betas: list[float] = doc([0.9, 0.999], "Adam betas; sgd takes the first as its momentum ([0, 0.999] is plain SGD).")
     eps: float = doc(1e-8, "Adam epsilon.")
     grad_clip_norm: float = doc(10.0, "Clip the global gradient norm to this (0 disables clipping).")
 
@@ -266,7 +266,7 @@ class TrainConfig:
     resume: bool = doc(False, "Resume from --config_path's checkpoint (a request of this command: never read from a file).")
     config_path: Path | None = doc(None, "A train_config.json used as the base for these flags.")
     dry_run: bool = doc(False, "Validate, resolve the topology, print the plan and exit without training.")
-    world_size: int | None = doc(None, "With --dry_run: plan for this many processes.")
+    world_size: int | None = doc(None, "With --dry_run only: plan for this many processes (a run takes the launcher's count).")
     dataset: DatasetConfig = sub(DatasetConfig, "Dataset.")
     policy: PolicyConfig = sub(ACTConfig, "Policy, tagged by --policy.type (act, mlp).")
     optimizer: OptimizerConfig = sub(OptimizerConfig, "Optimizer.")

@@ -166,8 +166,31 @@ def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _config_file(config_path: str) -> Path:
-    """The train_config.json that `--config_path` names, or a ConfigError saying what it is instead."""
+_NOT_A_TRAIN_CONFIG = {
+    "config.json": "the policy's config.json (for --policy.path)",
+    "training_step.json": "a checkpoint's training state",
+    "run.json": "a run's status file",
+    "checksums.json": "a checkpoint's checksums",
+    "adapter_config.json": "the LoRA adapter's config",
+    "metrics.jsonl": "a run's metrics",
+}
+"""Files lr writes beside a train_config.json, which `--config_path` may name by mistake."""
+
+
+def _last_checkpoint(checkpoints: Path, config_path: str) -> Path:
+    """`<run>/checkpoints/last`'s train_config.json, or a ConfigError: a resume continues from it."""
+    found = checkpoints / "last" / "pretrained_model" / "train_config.json"
+    if not found.exists():
+        raise ConfigError(
+            f"--config_path: {config_path} has no checkpoint to resume ({checkpoints / 'last'} does not name a saved step); "
+            f"pass one of the step folders in {checkpoints}"
+        )
+    return found
+
+
+def _config_file(config_path: str, *, resume: bool = False) -> Path:
+    """The train_config.json that `--config_path` names, or a ConfigError saying what it is
+    instead. A run folder (for a resume) or its checkpoints/ folder means the `last` checkpoint."""
     path = Path(config_path)
     if path.is_symlink() and not path.exists():
         raise ConfigError(
@@ -175,6 +198,10 @@ def _config_file(config_path: str) -> Path:
             "pass one of the checkpoint folders next to it"
         )
     if path.is_dir():
+        if path.name == "checkpoints" and not (path / "train_config.json").exists():
+            return _last_checkpoint(path, config_path)
+        if resume and (path / "checkpoints").is_dir():  # a run folder: its own train_config.json is no checkpoint
+            return _last_checkpoint(path / "checkpoints", config_path)
         # a run folder, a checkpoint step folder (or `last`), or its pretrained_model/
         inside = [path / "train_config.json", path / "pretrained_model" / "train_config.json"]
         found = next((p for p in inside if p.exists()), None)
@@ -186,18 +213,23 @@ def _config_file(config_path: str) -> Path:
         return found
     if not path.exists():
         raise ConfigError(f"--config_path: {config_path} does not exist (expected a train_config.json or a checkpoint folder)")
+    if path.name in _NOT_A_TRAIN_CONFIG:
+        beside = path.parent / "train_config.json"
+        instead = f"pass {beside}" if beside.exists() else "pass a train_config.json"
+        raise ConfigError(f"--config_path: {config_path} is {_NOT_A_TRAIN_CONFIG[path.name]}, not a train_config.json; {instead} or a checkpoint folder")
     return path
 
 
-def _base_dict(config_path: str | None) -> dict[str, Any]:
+def _base_dict(config_path: str | None, *, resume: bool = False) -> dict[str, Any]:
     if config_path is None:
         return to_dict(TrainConfig())
-    path = _config_file(config_path)
+    path = _config_file(config_path, resume=resume)
     cfg = load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
     data = to_dict(cfg)
     data["config_path"] = str(path)
-    # resuming is a request made by this command, not a setting a file passes on (module docstring)
-    data["resume"] = False
+    # resuming, a dry run and its process count are requests made by this command, not settings
+    # a file passes on (module docstring)
+    data.update(resume=False, dry_run=False, world_size=None)
     return data
 
 
@@ -239,7 +271,8 @@ def _start_from_policy_path(base: dict[str, Any], flags: dict[str, str]) -> None
 def parse_train_config(argv: list[str]) -> TrainConfig:
     """Build a TrainConfig from `--a.b=value` flags (see the module docstring)."""
     flags = split_flags(argv)
-    base = _base_dict(flags.get("config_path"))
+    base = _base_dict(flags.get("config_path"), resume=flags.get("resume", "").strip().lower() == "true")
+    dataset_before = (base["dataset"]["repo_id"], base["dataset"]["root"])
     if "policy.type" in flags:
         _switch_policy_type(base, flags["policy.type"])
     if "policy.path" in flags:
@@ -254,6 +287,8 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
         _set(base, name.split("."), _decode(raw, tp))
     if "policy.type" in flags:
         base["policy"]["type"] = flags["policy.type"]
+    if "config_path" in flags:
+        _follow_a_new_dataset(base, flags, dataset_before)
     if base.get("resume") is True and "output_dir" not in flags and base.get("config_path"):
         config_file = Path(base["config_path"])
         run = run_folder_of(config_file)
@@ -266,6 +301,21 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
                 "pass --output_dir"
             )
     return from_dict(TrainConfig, base, source="flags")
+
+
+def _follow_a_new_dataset(base: dict[str, Any], flags: dict[str, str], before: tuple[Any, Any]) -> None:
+    """A file's dataset settings hold the folder the run found its dataset in (`root`) and the
+    policy's features read from it: a new `--dataset.repo_id` must not train on the old folder,
+    and a new dataset gives the policy its own features, unless flags (or --policy.path's
+    saved policy) set them."""
+    dataset = base["dataset"]
+    if "dataset.repo_id" in flags and "dataset.root" not in flags and dataset["repo_id"] != before[0]:
+        dataset["root"] = None
+    if (dataset["repo_id"], dataset["root"]) == before or base["policy"].get("path") not in (None, ""):
+        return
+    for name in ("input_features", "output_features"):
+        if not any(flag == f"policy.{name}" or flag.startswith(f"policy.{name}.") for flag in flags):
+            base["policy"][name] = None
 
 
 def run_folder_of(config_file: Path) -> Path | None:

@@ -113,10 +113,16 @@ def config_to_flags(cfg: TrainConfig) -> list[str]:
     if policy_path is not None and base["policy"].get("path") != policy_path:  # the parser will start from its config.json
         _start_from_policy_path(base, {"policy.path": policy_path})
     defaults = _flatten(base, leaves)
-    for path, value in _flatten(to_dict(cfg), leaves).items():
+    given = _flatten(to_dict(cfg), leaves)
+    always = set()
+    if config_path is not None and (given["dataset.repo_id"], given["dataset.root"]) != (defaults["dataset.repo_id"], defaults["dataset.root"]):
+        # over a file, a new dataset resets the dataset folder and the policy's features unless
+        # they are given (the parser's `_follow_a_new_dataset`): give them
+        always = {"dataset.root", "policy.input_features", "policy.output_features"}
+    for path, value in given.items():
         if path in ("policy.type", "config_path"):
             continue
-        if path not in defaults or defaults[path] != value:
+        if path in always or path not in defaults or defaults[path] != value:
             flags.append(f"--{path}={_flag_value(value)}")
     return flags
 

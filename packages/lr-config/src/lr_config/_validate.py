@@ -8,11 +8,12 @@ for Hub repo ids, shared by the engine, checkpoint and publish CLIs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from typing import Any
 
-from ._configs import TRAIN_CONFIG_VERSION, ACTConfig, TrainConfig
+from ._configs import TRAIN_CONFIG_VERSION, ACTConfig, FSDPConfig, TrainConfig
 from ._errors import ConfigError
 from ._topology import Topology, _check_degrees, resolve_topology
 
@@ -79,6 +80,10 @@ def _scalar_rules(cfg: TrainConfig) -> list[str]:
         p.append(f"--optimizer.lr: must be > 0, got {cfg.optimizer.lr}")
     if cfg.optimizer.grad_clip_norm < 0:
         p.append(f"--optimizer.grad_clip_norm: must be >= 0, got {cfg.optimizer.grad_clip_norm}")
+    if cfg.optimizer.weight_decay < 0:
+        p.append(f"--optimizer.weight_decay: must be >= 0, got {cfg.optimizer.weight_decay}")
+    if cfg.optimizer.eps <= 0:
+        p.append(f"--optimizer.eps: must be > 0, got {cfg.optimizer.eps}")
     if len(cfg.optimizer.betas) != 2 or not all(0 <= b < 1 for b in cfg.optimizer.betas):
         p.append(f"--optimizer.betas: expected two values in [0, 1), got {cfg.optimizer.betas}")
     _positive(p, "scheduler.warmup_steps", cfg.scheduler.warmup_steps, 0)
@@ -90,6 +95,11 @@ def _scalar_rules(cfg: TrainConfig) -> list[str]:
         p.append(f"--dataset.episodes: expected distinct episode indices >= 0, got {cfg.dataset.episodes}")
     if cfg.world_size is not None and cfg.world_size < 1:
         p.append(f"--world_size: must be >= 1, got {cfg.world_size}")
+    elif cfg.world_size is not None and not cfg.dry_run:
+        p.append(
+            f"--world_size: only plans a --dry_run=true (a run takes its process count from the launcher: "
+            f"torchrun --nproc-per-node={cfg.world_size}); add --dry_run=true or drop --world_size"
+        )
     return p
 
 
@@ -162,13 +172,39 @@ def _run_rules(cfg: TrainConfig) -> list[str]:
     return p
 
 
+def _changed_fsdp_settings(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """The `--accelerator.fsdp.*` settings that differ from their defaults, as (flag, the flag
+    that puts it back)."""
+    changed: list[tuple[str, str]] = []
+
+    def walk(value: Any, default: Any, prefix: str) -> None:
+        for f in dataclasses.fields(value):
+            mine, theirs = getattr(value, f.name), getattr(default, f.name)
+            if dataclasses.is_dataclass(mine) and not isinstance(mine, type):
+                walk(mine, theirs, f"{prefix}.{f.name}")
+            elif mine != theirs:
+                changed.append((f"--{prefix}.{f.name}={json.dumps(mine)}", f"--{prefix}.{f.name}={json.dumps(theirs)}"))
+
+    walk(cfg.accelerator.fsdp, FSDPConfig(), "accelerator.fsdp")
+    return changed
+
+
 def _topology_rules(cfg: TrainConfig, topo: Topology) -> list[str]:
+    p: list[str] = []
     if cfg.checkpoint_format != "safetensors" and not topo.sharded:
-        return [
+        p.append(
             f"--checkpoint_format={cfg.checkpoint_format} needs a sharded run (dp_shard > 1); "
             f"this run is {topo.describe()}: use --checkpoint_format=safetensors"
-        ]
-    return []
+        )
+    fsdp = _changed_fsdp_settings(cfg) if not topo.sharded else []
+    if fsdp:
+        # accelerate ignores its FSDP plugin in such a run and trains plain DDP without a word;
+        # lr refuses instead (ARCHITECTURE.md: a layout never silently becomes another)
+        p.append(
+            f"--accelerator.fsdp: {' '.join(flag for flag, _ in fsdp)} only apply to a sharded run, and this run is "
+            f"{topo.describe()}: shard it (--parallelism.dp_shard=-1 or N), or set them back ({' '.join(back for _, back in fsdp)})"
+        )
+    return p
 
 
 def validate(cfg: TrainConfig, world_size: int | None = None, nnodes: int = 1) -> Topology | None:
