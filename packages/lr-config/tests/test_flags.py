@@ -206,6 +206,21 @@ def test_unknown_flag_suggests_the_known_one() -> None:
     assert "did you mean '--policy.chunk_size'" in error_of(["--policy.chunk_sze=3"])
 
 
+@pytest.mark.parametrize(
+    ("flag", "suggested"),
+    [
+        ("--lr=1e-4", "'--optimizer.lr'"),  # the group left out
+        ('--fsdp.wrap_modules=["Block"]', "'--accelerator.fsdp.wrap_modules'"),
+        ("--accelerator.dp_shard=2", "'--parallelism.dp_shard'"),  # the name in another group
+        ("--dataset.batch_size=2", "'--batch_size'"),
+    ],
+)
+def test_a_flag_in_the_wrong_group_suggests_where_it_lives(flag: str, suggested: str) -> None:
+    """The suggestion once came from the first unknown name alone: '--fsdp.wrap_modules' got
+    '--seed' or '--steps', and '--accelerator.dp_shard' the other fsdp settings."""
+    assert error_of([flag]).startswith(f"--{flag[2:].partition('=')[0]}: unknown flag (did you mean {suggested}?)")
+
+
 def test_unknown_flag_without_a_close_name() -> None:
     message = error_of(["--zzzzzz=1"])
     assert message.startswith("--zzzzzz: unknown flag")

@@ -104,12 +104,24 @@ def _type_at(root: type, path: str) -> Any:
             raise ConfigError(f"--{path}: --{'.'.join(walked)} is a value, not a group of settings")
         if part not in fields:
             here = ".".join(walked + [part])
-            candidates = ["--" + p for p in all_flag_paths(root)]
-            hint = did_you_mean("--" + here, candidates) or did_you_mean(part, fields)
+            hint = _flag_hint(root, path, here) or did_you_mean(part, fields)
             raise ConfigError(f"--{path}: unknown flag{hint}. Run with --help to list every flag.")
         tp = fields[part]
         walked.append(part)
     return tp
+
+
+def _flag_hint(root: type, path: str, here: str) -> str:
+    """' (did you mean ...?)' for an unknown flag `path` (first unknown at `here`): a flag it is
+    the end of (`--lr`, `--fsdp.wrap_modules`), then one with its last name in another group
+    (`--accelerator.dp_shard`), then the closest spellings of the whole path and of `here`."""
+    flags = all_flag_paths(root)
+    leaf = path.rpartition(".")[2]
+    for found in ([f for f in flags if f.endswith("." + path)], [f for f in flags if f.rpartition(".")[2] == leaf]):
+        if 0 < len(found) <= 3:
+            return " (did you mean " + " or ".join(repr("--" + f) for f in found) + "?)"
+    candidates = ["--" + f for f in flags]
+    return did_you_mean("--" + path, candidates) or did_you_mean("--" + here, candidates)
 
 
 def field_names_at(root: type, dotted: str) -> list[str]:
