@@ -123,6 +123,17 @@ def test_dcp_only_checkpoint_is_refused_before_anything(hub_server, hub_env, ckp
     assert not (step_dir.parent.parent / "publish").exists()
 
 
+def test_a_file_missing_from_the_checkpoint_is_named_where_it_was_not_the_staging_folder(hub_server, hub_env, ckpts):
+    """The check runs on a temporary folder that is gone when the message is read."""
+    step_dir = ckpts.make()
+    (step_dir / "pretrained_model" / "config.json").unlink()
+    with pytest.raises(PublishError) as err:
+        publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint)
+    assert str(err.value) == f"{step_dir / 'pretrained_model' / 'config.json'} is missing; every publish folder needs it"
+    assert hub_server.requests == []
+    assert not (step_dir.parent.parent / "publish").exists()
+
+
 def test_server_errors_are_retried_until_the_push_lands(hub_server, hub_env, ckpts):
     step_dir = ckpts.make("full")
     hub_server.fail_next(1, 500)

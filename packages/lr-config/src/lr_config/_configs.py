@@ -251,7 +251,7 @@ class HubConfig:
 @dataclass
 class TrainConfig:
     version: int = doc(TRAIN_CONFIG_VERSION, "Schema version of train_config.json.")
-    output_dir: Path | None = doc(None, "Run folder; outputs/train/<date>_<job_name> when unset.")
+    output_dir: Path | None = doc(None, "Run folder; outputs/train/<date>/<time>_<job_name> when unset.")
     job_name: str | None = doc(None, "Run name; the policy type when unset.")
     seed: int = doc(1000, "Seed of the model init and of the global sample order.")
     steps: int = doc(300, "Loop steps (micro-batches per worker), not optimizer updates.")

@@ -88,12 +88,14 @@ def weights_kind(model_dir: Path) -> str:
 
 
 @contextmanager
-def staged_folder(folder: Path, *, token: str | None = None, flag: str = "--folder") -> Iterator[Path]:
+def staged_folder(folder: Path, *, token: str | None = None, flag: str = "--folder", source: Path | None = None) -> Iterator[Path]:
     """Yield a fresh temporary folder that becomes `folder` once the block ends and it checks out.
 
     An OSError writing it (a folder that cannot be created or written, a full disk) is a
     PublishError naming `folder` and `flag`, the setting that chooses another place; one
-    reading a source file names that file. Either way nothing is left behind."""
+    reading a source file names that file. A file the check refuses is named where it came
+    from (`source`, the folder the files were copied from), never by the temporary name, which
+    is gone by the time the message is read. Either way nothing is left behind."""
     folder = Path(folder)
     tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
     made: list[Path] = []
@@ -108,7 +110,11 @@ def staged_folder(folder: Path, *, token: str | None = None, flag: str = "--fold
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         yield tmp
-        check_publish_folder(tmp, token=token)
+        try:
+            check_publish_folder(tmp, token=token)
+        except PublishError as exc:
+            shown = str(source) if source is not None else str(folder)
+            raise PublishError(str(exc).replace(str(tmp), shown), problems=[p.replace(str(tmp), shown) for p in exc.problems]) from None
         os.rename(tmp, folder)
     except OSError as exc:
         raise _staging_error(exc, folder, tmp, flag) from None

@@ -44,7 +44,7 @@ def build_publish_folder_from_checkpoint(step_dir: Path, folder: Path, *, repo_i
     step, training_step = _step_and_training_step(step_dir)
     model_dir = step / "pretrained_model"
     weights_kind(model_dir)
-    with staged_folder(Path(folder), token=token) as tmp:
+    with staged_folder(Path(folder), token=token, source=model_dir) as tmp:
         copy_checkpoint_files(model_dir, tmp)
         write_card(tmp, repo_id, training_step)
     return Path(folder)
