@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import datetime
 from pathlib import Path
 
+from tui_support import SAMPLE_RUN
+
 from lr_config import LaunchSpec, build_launch, format_command, parse_train_config
 
-from lr_tui._launch_form import GENERAL, default_output_dir, default_values, evaluate, values_from_config
+from lr_tui._launch_form import GENERAL, config_file, default_output_dir, default_values, evaluate, filled_from_file, values_from_config
 
 
 def _values(**changes: str) -> dict[str, str]:
@@ -81,6 +84,89 @@ def test_slurm_mode_previews_the_script_and_needs_an_output_dir():
     assert plan.ok and plan.argv is None
     assert plan.preview.startswith("#!/bin/bash\n")
     assert "srun --nodes=1" in plan.preview and "--output_dir=out/run" in plan.preview
+
+
+def test_slurm_mode_needs_no_rendezvous_endpoint_for_several_nodes():
+    # the script finds the head node itself; torchrun still needs one
+    plan = evaluate(_values(launcher="slurm", nnodes="2", nproc_per_node="4", output_dir="/o/r"))
+    assert plan.ok, plan.problems
+    assert "srun --nodes=2" in plan.preview and 'export LR_RDZV_ENDPOINT="$head_node:29500"' in plan.preview
+    plan = evaluate(_values(nnodes="2", nproc_per_node="4", output_dir="/o/r"))
+    assert plan.problems["rdzv_endpoint"] == ["rdzv_endpoint: required with more than one node (HOST:PORT of node 0)"]
+
+
+def test_fields_that_override_a_config_path_file_are_noted(tmp_path):
+    run = Path(shutil.copytree(SAMPLE_RUN, tmp_path / "run"))
+    checkpoint = f"{run}/checkpoints/000200"  # batch_size 8, checkpoint_format dcp, dp_shard 2
+    values = _values(nproc_per_node="2", extra=f"--config_path={checkpoint}")
+    plan = evaluate(values)
+    assert plan.ok  # a note, not a problem: the command is valid, it just overrides the file
+    assert plan.notes == [f"overrides {checkpoint}: --batch_size=32 (file: 8), --checkpoint_format=safetensors (file: dcp)"]
+    assert "--batch_size=32" in plan.preview
+
+    source = config_file(values)
+    assert source is not None and source.key == (checkpoint, False)
+    filled = filled_from_file(values, source)
+    assert (filled["batch_size"], filled["checkpoint_format"], filled["dp_shard"]) == ("8", "dcp", "2")
+    assert filled["output_dir"] == "outputs/train/sample_run"  # a new run from the file goes where the file says
+    assert filled["extra"] == values["extra"] and filled["nproc_per_node"] == "2"
+    plan = evaluate(filled)
+    assert plan.ok and plan.notes == [] and plan.cfg == parse_train_config([f"--config_path={checkpoint}"])
+    assert "--batch_size" not in plan.preview and "--checkpoint_format" not in plan.preview
+
+    plan = evaluate({**filled, "batch_size": "16"})  # a deliberate change is emitted, and noted
+    assert "--batch_size=16" in plan.preview
+    assert plan.notes == [f"overrides {checkpoint}: --batch_size=16 (file: 8)"]
+
+
+def test_filling_from_a_resumed_checkpoint_leaves_the_output_dir_to_the_run_folder(tmp_path):
+    run = Path(shutil.copytree(SAMPLE_RUN, tmp_path / "run"))
+    values = _values(nproc_per_node="2", output_dir="outputs/train/sample_run", extra=f"--config_path={run}/checkpoints/last --resume=true")
+    source = config_file(values)
+    assert source is not None and source.resume
+    filled = filled_from_file(values, source)
+    assert filled["output_dir"] == "" and filled["batch_size"] == "8"
+    plan = evaluate(filled)
+    assert plan.ok and plan.notes == [] and plan.cfg is not None
+    assert plan.cfg.output_dir == run and plan.cfg.resume and f"--output_dir={run}" in plan.preview
+
+    # a flag given in more flags empties its field rather than conflicting with it
+    values = _values(nproc_per_node="2", extra=f"--config_path={run}/checkpoints/000100 --batch_size=4")
+    source = config_file(values)
+    assert source is not None
+    filled = filled_from_file(values, source)
+    assert filled["batch_size"] == ""
+    plan = evaluate(filled)
+    assert plan.ok and plan.cfg is not None and plan.cfg.batch_size == 4
+
+
+def test_resuming_a_checkpoint_outside_a_run_keeps_the_output_dir_typed_for_it(tmp_path):
+    step = Path(shutil.copytree(SAMPLE_RUN / "checkpoints" / "000200", tmp_path / "copied_step"))
+    values = _values(nproc_per_node="2", extra=f"--config_path={step}")
+    source = config_file(values)
+    assert source is not None
+    filled = filled_from_file(values, source)  # a new run: the output_dir saved in the file
+    assert filled["output_dir"] == "outputs/train/sample_run"
+
+    resume = {**filled, "extra": f"--config_path={step} --resume=true"}
+    source = config_file(resume)
+    assert source is not None and not source.output_dir_needed
+    filled = filled_from_file(resume, source)  # that saved output_dir is no place to resume into
+    assert filled["output_dir"] == ""
+    assert evaluate(filled).problems["output_dir"][0].startswith("--output_dir: the checkpoint")
+
+    chosen = {**filled, "output_dir": str(tmp_path / "continued")}
+    source = config_file(chosen)
+    assert source is not None and source.output_dir_needed
+    assert filled_from_file(chosen, source)["output_dir"] == str(tmp_path / "continued")
+    plan = evaluate(chosen)
+    assert plan.ok and plan.notes == [] and plan.cfg is not None and plan.cfg.output_dir == tmp_path / "continued"
+
+
+def test_config_file_is_none_until_the_path_names_a_train_config(tmp_path):
+    assert config_file(_values(extra="--seed=3")) is None
+    assert config_file(_values(extra=f"--config_path={tmp_path}/nothing")) is None
+    assert config_file(_values(extra="--config_path='unclosed")) is None
 
 
 def test_accelerate_launcher():

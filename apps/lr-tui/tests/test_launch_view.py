@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tui_support import app_ready, make_checkpoint, notices, point_last, wait_until, write_run_status
+from tui_support import SAMPLE_RUN, app_ready, make_checkpoint, notices, point_last, wait_until, write_run_status
 
 from lr_config import LaunchSpec, Topology, build_launch, format_command, parse_train_config, save_json, to_dict
 from lr_tui import _cli_tasks as cli_tasks
@@ -224,6 +226,38 @@ async def test_slurm_run_saves_the_script_and_creates_the_log_folder(tmp_path, m
         assert (tmp_path / "run" / "logs").is_dir()
 
 
+async def test_slurm_run_never_overwrites_a_script_and_writes_it_whole(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "run" / "train.slurm"
+    script.parent.mkdir()
+    script.write_text("#!/bin/bash\n# edited by hand\n")
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        view = app.query_one(LaunchView)
+        view.rows["launcher"].set_value("slurm")
+        await type_into(pilot, "nproc_per_node", "4")
+        await type_into(pilot, "output_dir", "run")
+        await pilot.pause()
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert notices(app, "error") == [
+            "Not saved: run/train.slurm already exists (it may hold your edits). Remove it, or choose another output dir."
+        ]
+        assert script.read_text() == "#!/bin/bash\n# edited by hand\n"
+
+        script.unlink()
+        app.clear_notifications()
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert notices(app) == ["Saved run/train.slurm. Submit it with: sbatch run/train.slurm"]
+        assert script.read_text() == panel_text(app, "#preview")
+        umask = os.umask(0o022)
+        os.umask(umask)
+        assert stat.S_IMODE(script.stat().st_mode) == 0o777 & ~umask  # 0755 under 022
+        assert sorted(p.name for p in script.parent.iterdir()) == ["logs", "train.slurm"]  # no temp file left
+
+
 async def test_presets_save_and_load_a_train_config_json(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     preset = tmp_path / "p.json"
@@ -320,16 +354,56 @@ async def test_a_resume_typed_in_more_flags_continues_in_its_run_folder(tmp_path
         await app_ready(pilot)
         await type_into(pilot, "extra", "t", keep="--resume=true --config_path=runs/A/checkpoints/las")
         await pilot.pause()
-        assert "--output_dir=runs/A" in panel_text(app, "#preview")
+        # the fields came from the checkpoint (batch 8, not the form's 32), the output dir is left
+        # to the parser: the run folder of the checkpoint (made absolute), not the one saved in it
+        view = app.launch_view
+        assert view.rows["batch_size"].value == "8" and view.rows["output_dir"].value == ""
+        assert "Fields filled from runs/A/checkpoints/last" in notices(app)
+        preview = panel_text(app, "#preview")
+        assert f"--output_dir={tmp_path / run}" in preview and "--batch_size" not in preview
         await pilot.press("ctrl+r")  # the folder holds a run, but this command resumes it
         await pilot.pause()
         monitor = app.monitor_view
         assert app.query_one("#field-output_dir").value == ""
-        assert monitor.run_dir == run and monitor.process is not None
+        assert monitor.run_dir == tmp_path / run and monitor.process is not None
         assert monitor.process.wait(timeout=60) == 0
         argv = json.loads((tmp_path / run / "logs" / "launch.log").read_text().splitlines()[0].removeprefix("fake torchrun "))
-        assert "--output_dir=runs/A" in argv and "--resume=true" in argv
+        assert f"--output_dir={tmp_path / run}" in argv and "--resume=true" in argv
+        assert not any(a.startswith("--batch_size") for a in argv)
         assert not (tmp_path / "outputs").exists()
+
+
+async def test_a_config_path_typed_in_more_flags_fills_the_fields_from_its_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SAMPLE_RUN, tmp_path / "run")  # checkpoint 200: batch_size 8, dcp, dp_shard 2
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        view = app.launch_view
+        await type_into(pilot, "nproc_per_node", "2")
+        await type_into(pilot, "extra", "0", keep="--config_path=run/checkpoints/00020")
+        await pilot.pause()
+        rows = view.rows
+        assert [rows[k].value for k in ("batch_size", "checkpoint_format", "dp_shard", "output_dir")] == ["8", "dcp", "2", "outputs/train/sample_run"]
+        assert rows["nproc_per_node"].value == "2" and rows["extra"].value == "--config_path=run/checkpoints/000200"
+        assert notices(app) == ["Fields filled from run/checkpoints/000200"]
+        preview = panel_text(app, "#preview")
+        assert "--batch_size" not in preview and "--checkpoint_format" not in preview
+        assert not app.query_one("#notes").display
+
+        await type_into(pilot, "batch_size", "16")  # a deliberate change: emitted, noted, kept
+        await pilot.pause()
+        assert "--batch_size=16" in panel_text(app, "#preview")
+        notes = app.query_one("#notes")
+        assert notes.display and str(notes.render()) == "overrides run/checkpoints/000200: --batch_size=16 (file: 8)"
+        assert rows["batch_size"].value == "16" and len(notices(app)) == 1
+
+        # asking to resume it: filled again, the output dir left to the parser (the run folder)
+        await type_into(pilot, "extra", "e", keep="--config_path=run/checkpoints/000200 --resume=tru")
+        await pilot.pause()
+        assert rows["batch_size"].value == "8" and rows["output_dir"].value == ""
+        assert f"--output_dir={tmp_path / 'run'}" in panel_text(app, "#preview")
+        assert notices(app)[-1] == "Fields filled from run/checkpoints/000200"
 
 
 async def test_save_preset_never_overwrites_and_a_failed_write_is_an_error(tmp_path, monkeypatch):
@@ -362,7 +436,7 @@ async def test_save_preset_never_overwrites_and_a_failed_write_is_an_error(tmp_p
         assert json.loads((tmp_path / "p.json").read_text())["steps"] == 123 and "Saved preset p.json" in notices(app)
 
 
-async def test_loading_a_preset_whose_config_path_is_gone_is_an_error(tmp_path, monkeypatch):
+async def test_loading_a_preset_needs_no_file_it_was_built_on(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     save_json(tmp_path / "base.json", to_dict(parse_train_config(["--steps=77"])))
     save_json(tmp_path / "preset.json", to_dict(parse_train_config(["--config_path=base.json", "--seed=5"])))
@@ -371,10 +445,36 @@ async def test_loading_a_preset_whose_config_path_is_gone_is_an_error(tmp_path, 
     async with app.run_test(size=SIZE) as pilot:
         await app_ready(pilot)
         view = app.query_one(LaunchView)
-        before = view.values()
         await pilot.press("ctrl+o")
         await pilot.pause()
         await pilot.press("ctrl+a", "ctrl+k", *"preset.json", "enter")
         await pilot.pause()
-        assert notices(app, "error") == ["--config_path: base.json does not exist (expected a train_config.json or a checkpoint folder)"]
-        assert view.values() == before
+        assert notices(app) == ["Loaded preset preset.json"]
+        assert view.rows["steps"].value == "77" and view.rows["extra"].value == "--seed=5"
+        assert view.plan.ok and view.plan.cfg is not None and (view.plan.cfg.steps, view.plan.cfg.seed) == (77, 5)
+
+
+async def test_loading_a_resumed_runs_config_reads_neither_resume_nor_its_older_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = Path("runs/A")
+    older = make_checkpoint(run, 100)
+    point_last(run, 100)
+    # what a resumed run saves in its checkpoints: resume true, config_path the checkpoint it resumed
+    resumed = parse_train_config([f"--config_path={older}", "--resume=true", "--steps=500", "--log_freq=7"])
+    assert resumed.resume and resumed.config_path is not None
+    saved = run / "checkpoints" / "000200" / "pretrained_model" / "train_config.json"
+    save_json(saved, to_dict(resumed))
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        view = app.query_one(LaunchView)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("ctrl+a", "ctrl+k", *str(saved), "enter")
+        await pilot.pause()
+        assert notices(app) == [f"Loaded preset {saved}"]
+        assert view.rows["extra"].value == "--log_freq=7"  # no --config_path, no --resume
+        assert view.rows["steps"].value == "500" and view.rows["batch_size"].value == "8"
+        assert view.rows["output_dir"].value == str(tmp_path / run)
+        assert view.plan.cfg == replace(resumed, resume=False, config_path=None)
+        assert "--resume" not in panel_text(app, "#preview") and "--config_path" not in panel_text(app, "#preview")

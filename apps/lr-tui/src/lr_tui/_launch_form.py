@@ -40,11 +40,14 @@ from ._cli_tasks import with_rank_logs
 
 __all__ = [
     "FIELDS",
+    "ConfigFile",
     "FormField",
     "LaunchPlan",
+    "config_file",
     "default_output_dir",
     "default_values",
     "evaluate",
+    "filled_from_file",
     "route_problem",
     "values_from_config",
 ]
@@ -115,6 +118,8 @@ class LaunchPlan:
     shown once, at the last of them; the others are only marked."""
     marked: set[str] = field(default_factory=set)
     """Fields named by a problem shown at another field."""
+    notes: list[str] = field(default_factory=list)
+    """Lines to show that block nothing: the fields that override a `--config_path` file."""
 
     @property
     def ok(self) -> bool:
@@ -168,11 +173,16 @@ def _flat(data: dict[str, object], prefix: str = "") -> dict[str, object]:
     return out
 
 
+def _setting_values(cfg: TrainConfig) -> dict[str, str]:
+    """The values of the fields that set a train flag, from `cfg`."""
+    flat = _flat(to_dict(cfg))
+    return {f.key: _text(flat.get(f.flag)) for f in FIELDS if f.flag}
+
+
 def values_from_config(cfg: TrainConfig, spec: LaunchSpec | None = None, mode: str | None = None) -> dict[str, str]:
     """Field values that reproduce `cfg` (and `spec`); flags without a field go to 'more flags'."""
     spec = spec or LaunchSpec()
-    flat = _flat(to_dict(cfg))
-    values = {f.key: _text(flat.get(f.flag)) for f in FIELDS if f.flag}
+    values = _setting_values(cfg)
     values.update(
         launcher=mode or spec.launcher,
         nnodes=str(spec.nnodes),
@@ -188,6 +198,90 @@ def values_from_config(cfg: TrainConfig, spec: LaunchSpec | None = None, mode: s
 def default_values() -> dict[str, str]:
     """The form as it opens: lr-config's defaults."""
     return values_from_config(TrainConfig())
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """The `--config_path=FILE` typed in "more flags", and the settings FILE gives this command."""
+
+    path: str
+    """As typed."""
+    resume: bool
+    """"More flags" also holds `--resume=true`: the run continues in the checkpoint's run folder."""
+    cfg: TrainConfig
+    """FILE's settings as the parser reads them for this command (a resume's output_dir is the
+    run folder, or the output dir typed when the checkpoint is outside a run)."""
+    extra_paths: frozenset[str]
+    """The flag paths given in "more flags"."""
+    output_dir_needed: bool = False
+    """A resume of a checkpoint outside a run: the output dir field names where it continues."""
+
+    @property
+    def key(self) -> tuple[str, bool]:
+        """What makes it a new file for the form: the path and whether the command resumes."""
+        return self.path, self.resume
+
+
+def config_file(values: dict[str, str]) -> ConfigFile | None:
+    """The `--config_path` in "more flags" and the settings it holds, or None when there is
+    none, or it (or "more flags") does not parse yet. Never raises."""
+    try:
+        flags = split_flags(shlex.split(values.get("extra", "")))
+    except (ValueError, ConfigError):
+        return None
+    path = flags.get("config_path", "").strip()
+    if not path:
+        return None
+    resume = flags.get("resume", "").strip().lower() == "true"
+    argv = [f"--config_path={path}", *(["--resume=true"] if resume else [])]
+    if "output_dir" in flags:
+        argv.append(f"--output_dir={flags['output_dir']}")
+    attempts = [argv]
+    field_output_dir = values.get("output_dir", "").strip()
+    if resume and "output_dir" not in flags and field_output_dir:
+        attempts.append([*argv, f"--output_dir={field_output_dir}"])
+    for attempt in attempts:
+        try:
+            cfg = parse_train_config(attempt)
+            # the output dir field names where the resume continues, unless it holds the
+            # (stale) output_dir saved in the file, as after a fill for a new run from it
+            needed = attempt is not argv and str(parse_train_config([f"--config_path={path}"]).output_dir) != field_output_dir
+        except ConfigError:
+            continue
+        except Exception:  # a file that lr-config cannot read must never take the app down
+            return None
+        return ConfigFile(path, resume, cfg, frozenset(flags), output_dir_needed=needed)
+    return None
+
+
+def filled_from_file(values: dict[str, str], source: ConfigFile) -> dict[str, str]:
+    """`values` with the setting fields taken from `source`'s file: the launcher fields and
+    "more flags" stay as typed, a field whose flag "more flags" gives is emptied, and so is the
+    output dir of a resume (the parser continues in the checkpoint's run folder, not in the
+    output_dir saved in the file) unless the checkpoint is outside a run."""
+    from_file = _setting_values(source.cfg)
+    filled = dict(values)
+    for f in FIELDS:
+        if f.flag is not None:
+            filled[f.key] = "" if f.flag in source.extra_paths else from_file[f.key]
+    if source.resume:
+        filled["output_dir"] = values.get("output_dir", "") if source.output_dir_needed else ""
+    return filled
+
+
+def _overrides(values: dict[str, str], cfg: TrainConfig) -> list[str]:
+    """`overrides FILE: --batch_size=32 (file: 8), ...`: the fields that override the
+    `--config_path` file of "more flags" (every filled-in field is emitted as a flag)."""
+    source = config_file(values)
+    if source is None:
+        return []
+    mine, theirs = _flat(to_dict(cfg)), _flat(to_dict(source.cfg))
+    changed = [
+        f"--{f.flag}={values[f.key].strip()} (file: {_text(theirs.get(f.flag)) or 'unset'})"
+        for f in FIELDS
+        if f.flag and values.get(f.key, "").strip() and mine.get(f.flag) != theirs.get(f.flag)
+    ]
+    return [f"overrides {source.path}: " + ", ".join(changed)] if changed else []
 
 
 def split_flag_path(flag: str) -> str:
@@ -228,7 +322,8 @@ def _spec(values: dict[str, str], plan: LaunchPlan) -> LaunchSpec | None:
         rdzv_endpoint=values.get("rdzv_endpoint", "").strip() or None,
     )
     try:
-        spec.check()
+        # a Slurm script finds the head node itself: no rendezvous endpoint to give
+        spec.check(require_endpoint=values.get("launcher") != "slurm")
     except ConfigError as exc:
         plan.add(exc.problems)
         return None
@@ -290,6 +385,7 @@ def evaluate(values: dict[str, str]) -> LaunchPlan:
     plan.cfg = _config(flags, plan) if flags is not None else None
     if plan.cfg is None:
         return plan
+    plan.notes = _overrides(values, plan.cfg)
     if plan.spec is None:
         try:
             validate(plan.cfg)

@@ -6,13 +6,22 @@ they name update at once. The plan (`lr-engine train --dry_run=true --world_size
 runs as a subprocess in an exclusive worker, debounced, so typing never waits for it; a
 newer plan cancels (and kills) an older one. Run starts the command detached and posts
 `LaunchView.Launched` with the run folder; it refuses a folder where a run still runs, and
-(unless the command resumes) one that already holds a run, as `lr-engine train` would.
+(unless the command resumes) one that already holds a run, as `lr-engine train` would. In
+Slurm mode Run writes `<output dir>/train.slurm`, never over an existing one.
+
+A new `--config_path=FILE` typed in "more flags" (or a `--resume=true` added to it) refills
+the setting fields from FILE, as Load preset does: each filled-in field is emitted as a
+flag, so stale field values would silently override the file. A field changed afterwards
+overrides it, and the note under the command says so.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -36,7 +45,17 @@ from lr_config import (
 
 from .._cli_tasks import plan_argv, run_streaming, start_training
 from .._keymap import LAUNCH_BINDINGS
-from .._launch_form import FIELDS, GENERAL, LaunchPlan, default_output_dir, default_values, evaluate, values_from_config
+from .._launch_form import (
+    FIELDS,
+    GENERAL,
+    LaunchPlan,
+    config_file,
+    default_output_dir,
+    default_values,
+    evaluate,
+    filled_from_file,
+    values_from_config,
+)
 from .._run_state import run_liveness
 from .._screens.prompt import TextPrompt
 from .._widgets.choice import Choice
@@ -81,6 +100,8 @@ class LaunchView(Horizontal):
         self._plan_timer: Timer | None = None
         self._rows: dict[str, FormRow] = {}
         self._refresh_queued = False
+        self._filled_from: tuple[str, bool] | None = None
+        """The (`--config_path`, resume) the fields were last filled from."""
 
     def compose(self) -> ComposeResult:
         values = self._defaults
@@ -90,6 +111,7 @@ class LaunchView(Horizontal):
                 yield FormRow(field, values[field.key])
         with Vertical(id="launch-side"):
             yield TextPanel("command", id="preview")
+            yield Static("", id="notes", markup=False)
             yield Static("", id="batch", markup=False)
             yield Static("", id="general-problems", markup=False)
             yield TextPanel("plan: lr-engine train --dry_run=true", id="plan")
@@ -129,7 +151,7 @@ class LaunchView(Horizontal):
 
     def refresh_plan(self) -> None:
         """Re-evaluate the form and show the result; schedule the dry-run plan."""
-        plan = self.plan = evaluate(self.values())
+        plan = self.plan = evaluate(self._fill_from_config_path(self.values()))
         for key, row in self.rows.items():
             row.show_problems(plan.problems.get(key, []), marked=key in plan.marked)
         title = "Slurm script" if plan.mode == "slurm" else "command"
@@ -141,9 +163,24 @@ class LaunchView(Horizontal):
             count = sum(len(v) for v in plan.problems.values())
             where = ", ".join(plan.fields_with_problems())
             preview.show(f"{count} problem{'s' if count != 1 else ''} in the settings; see {where}", error=True)
+        self._update_static("#notes", "\n".join(plan.notes))
         self._update_static("#batch", plan.batch_line())
         self._update_static("#general-problems", "\n".join(plan.problems.get(GENERAL, [])))
         self._schedule_dry_run(plan)
+
+    def _fill_from_config_path(self, values: dict[str, str]) -> dict[str, str]:
+        """Refill the setting fields from a new `--config_path` of "more flags" (module
+        docstring); the values the form then holds."""
+        source = config_file(values)
+        if source is None or source.key == self._filled_from:
+            return values
+        self._filled_from = source.key
+        filled = filled_from_file(values, source)
+        for key, row in self.rows.items():
+            if row.value != filled[key]:
+                row.set_value(filled[key])
+        self.notify(f"Fields filled from {source.path}")
+        return filled
 
     def _update_static(self, selector: str, text: str) -> None:
         """Update only on change: every update of an auto-height widget costs a layout."""
@@ -216,7 +253,19 @@ class LaunchView(Horizontal):
             self.notify(problem, severity="error", timeout=10)
             return
         if plan.mode == "slurm":
-            path = self._write_slurm_script(plan.preview, output_dir)
+            path = output_dir / SLURM_SCRIPT
+            try:
+                self._write_slurm_script(plan.preview, path)
+            except FileExistsError:
+                self.notify(
+                    f"Not saved: {path} already exists (it may hold your edits). Remove it, or choose another output dir.",
+                    severity="error",
+                    timeout=10,
+                )
+                return
+            except OSError as exc:
+                self.notify(f"Could not save {path}: {exc}", severity="error", timeout=10)
+                return
             self.notify(f"Saved {path}. Submit it with: sbatch {path}")
             return
         assert plan.argv is not None
@@ -228,12 +277,25 @@ class LaunchView(Horizontal):
         self.notify(f"Started {plan.argv[0]} (pid {process.pid}); log in {output_dir}/logs/launch.log")
         self.post_message(self.Launched(output_dir, process))
 
-    def _write_slurm_script(self, script: str, output_dir: Path) -> Path:
-        (output_dir / "logs").mkdir(parents=True, exist_ok=True)
-        path = output_dir / SLURM_SCRIPT
-        path.write_text(script)
-        path.chmod(0o755)
-        return path
+    @staticmethod
+    def _write_slurm_script(script: str, path: Path) -> None:
+        """Write `path` whole or not at all, and never over an existing file (FileExistsError):
+        a temp file beside it, linked to its name only if that is free. Executable, with the
+        mode the umask gives (0755 under 022), as every file lr writes; `logs/` is created
+        too, as Slurm opens its log files there before the script runs."""
+        if path.exists() or path.is_symlink():
+            raise FileExistsError(f"{path} already exists")
+        (path.parent / "logs").mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(script)
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)  # atomic, and fails if the name is taken meanwhile
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def action_save_preset(self) -> None:
         cfg = self.plan.cfg
@@ -268,8 +330,10 @@ class LaunchView(Horizontal):
                 return
             try:
                 cfg = load_json(Path(path), TrainConfig, current_version=TRAIN_CONFIG_VERSION)
-                # rebuilding the flags reads cfg.config_path's file, which may be gone (a path
-                # saved relative to another folder)
+                # resume is a request of a command, never read from a file; and the file holds
+                # every setting resolved, so the form needs no older file it was built on
+                cfg = replace(cfg, resume=False, config_path=None)
+                # rebuilding the flags reads --policy.path's config.json, which may be gone
                 values = values_from_config(cfg, self.plan.spec or LaunchSpec(), self.plan.mode)
             except ConfigError as exc:
                 self.notify(str(exc), severity="error", timeout=10)
