@@ -19,6 +19,7 @@ Every run resumes or copies the session's `tiny_run` / `dcp_run` (tests/_support
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shlex
@@ -148,6 +149,10 @@ def test_kill_during_a_save_leaves_last_whole_and_resumable(copied: Path, point:
     assert os.readlink(checkpoints / "last") == "000006"
     assert verify_checkpoint(checkpoints / "last") == []
     assert not [p.name for p in checkpoints.iterdir() if p.name.startswith(".tmp-")]
+    # the killed run had logged step 5 (and maybe 6) past the checkpoint it resumed from: those
+    # records go before the steps are trained again (they were once listed twice: 1..6, 5, 6)
+    steps = [json.loads(line)["step"] for line in (copied / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
 
 
 def _file_size_limit(limit: int) -> Callable[[], None]:

@@ -158,6 +158,13 @@ def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank(tmp_path: Path, demo
     trackers = [json.loads((hit / "checkpoints" / f"00000{i}" / "training_state" / "scaler_state.json").read_text())["_growth_tracker"]
                 for i in (2, 3)]
     assert trackers[0] >= 1 and trackers[1] == 0, trackers
+    # the count of skipped updates carries over a resume (on one process here); it once restarted at 0
+    resumed = tmp_path / "inf-resumed"
+    proc = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={hit / 'checkpoints' / '000003'}", f"--output_dir={resumed}",
+                    "--steps=4", "--parallelism.dp_replicate=1", "--parallelism.dp_shard=1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after_resume = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert after_resume[-1]["step"] == 4 and after_resume[-1]["info"]["skipped_updates"] == records[2]["info"]["skipped_updates"]
 
 
 def test_no_wrap_units_fails_at_start_up_naming_the_options(tmp_path: Path, demo_dataset: Path) -> None:

@@ -3,7 +3,10 @@ in every format; resume; conversion; the low-precision-base error."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -134,3 +137,62 @@ def test_bf16_base_without_mixed_precision_is_a_start_up_error(base: Path, tmp_p
     assert proc.returncode == 2
     assert "--accelerator.mixed_precision" in proc.stderr and "bfloat16" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def lora_checkpoints(base: Path, tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> tuple[Path, Path]:
+    """(a single-process LoRA run saved at steps 2 and 4, its own copy of the base)."""
+    tmp = tmp_path_factory.mktemp("lora_base")
+    own_base = Path(shutil.copytree(base, tmp / "base"))
+    run = tmp / "run"
+    ok(run_cli(["lr_engine.cli", "train", f"--output_dir={run}", f"--policy.path={own_base}", f"--dataset.root={demo_dataset}", *LORA,
+                "--steps=4", "--batch_size=8", "--save_freq=2"]))
+    return run, own_base
+
+
+def _resume_lora(run: Path, out: Path):
+    return run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={run / 'checkpoints' / '000002'}", f"--output_dir={out}"])
+
+
+def test_a_lora_resume_refuses_a_base_that_changed_or_is_gone(lora_checkpoints: tuple[Path, Path], tmp_path: Path) -> None:
+    """The adapters only mean something on the base they were trained on (a base path such as another
+    run's checkpoints/last/pretrained_model moves): a changed base was once adapted silently."""
+    run, own_base = lora_checkpoints
+    weights = own_base / "model.safetensors"
+    original = weights.read_bytes()
+    try:
+        tensors = load_file(str(weights))
+        first = sorted(tensors)[0]
+        save_file({**tensors, first: tensors[first] + 0.01}, str(weights))  # same shapes, other weights
+        changed = _resume_lora(run, tmp_path / "changed")
+        assert changed.returncode == 2 and "Traceback" not in changed.stderr, changed.stderr[-3000:]
+        assert f"--policy.path: the base model at {own_base} is not the one the adapters of" in changed.stderr
+        moved = own_base.rename(own_base.parent / "moved")
+        try:
+            gone = _resume_lora(run, tmp_path / "gone")
+        finally:
+            moved.rename(own_base)
+        assert gone.returncode == 2 and "Traceback" not in gone.stderr, gone.stderr[-3000:]
+        assert "--policy.path:" in gone.stderr and "holds only the adapters" in gone.stderr
+    finally:
+        weights.write_bytes(original)
+    assert not (tmp_path / "changed").exists() and not (tmp_path / "gone").exists()
+    record = json.loads((run / "checkpoints" / "000002" / "pretrained_model" / "adapter_base.json").read_text())
+    assert record["version"] == 1 and record["sha256"] == hashlib.sha256(original).hexdigest() and record["size"] == len(original)
+
+
+def test_a_lora_checkpoint_saved_without_a_base_record_resumes_with_a_warning(lora_checkpoints: tuple[Path, Path], tmp_path: Path) -> None:
+    from lr_config import load_checksums, save_checksums
+
+    run, _ = lora_checkpoints
+    old = Path(shutil.copytree(run, tmp_path / "old", symlinks=True))
+    step = old / "checkpoints" / "000002"
+    (step / "pretrained_model" / "adapter_base.json").unlink(missing_ok=True)  # as lr wrote checkpoints before the record
+    sums = load_checksums(step / "checksums.json")
+    save_checksums(step / "checksums.json", replace(sums, files={k: v for k, v in sums.files.items() if "adapter_base" not in k}))
+    out = tmp_path / "resumed"
+    proc = _resume_lora(old, out)
+    ok(proc)
+    assert "has no adapter_base.json (saved by an older lr)" in proc.stdout
+    assert losses(out) == losses(run)[2:]
+    assert (out / "checkpoints" / "000004" / "pretrained_model" / "adapter_base.json").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 from _support.procs import run_cli, run_torchrun
+from _support.runs import TINY as TINY_RUN_FLAGS
+from _support.runs import TinyRun, copy_run, tree_digest
 
 pytestmark = pytest.mark.multiprocess
 
@@ -50,7 +53,7 @@ def launch(nproc: int, argv: list[str]) -> str:
 
 
 PRINTED: dict[Path, str] = {}
-"""What each straight run printed (stdout), by output folder."""
+"""What each straight or resumed run printed (stdout), by output folder."""
 
 
 def straight(root: Path, dataset: Path, name: str, layout: str, *extra: str) -> Path:
@@ -64,7 +67,7 @@ def resume(root: Path, source: Path, name: str, layout: str, *extra: str) -> Pat
     nproc, flags = LAYOUTS[layout]
     out = root / name
     config = source / "checkpoints" / "000004" / "pretrained_model" / "train_config.json"
-    launch(nproc, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={out}", *flags, *extra])
+    PRINTED[out] = launch(nproc, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={out}", *flags, *extra])
     return out
 
 
@@ -163,6 +166,15 @@ def test_resume_onto_another_topology_continues_the_loss(sources: dict[str, Path
     (ma, _), (mb, _) = final_state(base), final_state(moved)
     for key in ma:
         torch.testing.assert_close(mb[key], ma[key], rtol=1e-4, atol=1e-5)
+    # more processes than saved the checkpoint: the new ranks' RNG starts fresh, and the main rank says so once
+    saved, now = LAYOUTS[source if source != "fsdp-dcp" else "fsdp"][0], LAYOUTS[target][0]
+    warnings = [line for line in PRINTED[moved].splitlines() if "RNG state" in line]
+    if now > saved:
+        fresh = f"rank {saved} keeps" if now == saved + 1 else f"ranks {saved}-{now - 1} keep"
+        assert len(warnings) == 1 and f"holds RNG state for {saved} process" in warnings[0], warnings
+        assert f"not {now}: {fresh} a fresh seed" in warnings[0], warnings
+    else:
+        assert warnings == []
 
 
 def test_changed_optimizer_settings_and_seed_apply_on_resume_and_are_listed(sources: dict[str, Path], root: Path) -> None:
@@ -245,3 +257,40 @@ def test_a_resume_continues_where_the_checkpoint_stopped_after_an_earlier_resume
     assert _position(c, 50) == _advance(_position(b, 40), 10, 32, frames)
     records = [json.loads(line) for line in (c / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["samples"] == _position(c, 50)[2]
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--steps=4"], "--steps: the checkpoint is at step 4; pass --steps > 4 to continue"),
+        (["--steps=3"], "--steps: the checkpoint is at step 4; pass --steps > 4 to continue"),
+        # K=3 would make the first update after step 4 take steps 5-6 only (the loop counts K from step 0)
+        (["--steps=12", "--accelerator.gradient_accumulation.steps=3", "--save_freq=6"],
+         "--accelerator.gradient_accumulation.steps: the checkpoint is at step 4, which is not a multiple of 3, so the first "
+         "update would apply a partial accumulation; use a value that divides 4: 1, 2 or 4"),
+    ],
+    ids=["steps-at-checkpoint", "steps-below-checkpoint", "accumulation-splits-update"],
+)
+def test_a_resume_that_cannot_continue_is_refused_before_anything_is_written(tiny_run: TinyRun, tmp_path: Path, flags: list[str],
+                                                                             message: str) -> None:
+    """Once exit 0 with nothing trained: run.json said finished at step 4 of --steps, train_config.json
+    said steps=3, and "done" named checkpoints that were never written; or a silent partial update."""
+    own = copy_run(tiny_run, tmp_path / "run")
+    before = tree_digest(own)
+    proc = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={own / 'checkpoints' / 'last'}", *flags])
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert tree_digest(own) == before
+
+
+def test_a_full_fine_tune_resumes_after_its_base_is_gone(tiny_run: TinyRun, tmp_path: Path, demo_dataset: Path) -> None:
+    """Its checkpoints hold every weight and its policy config: the base at --policy.path is not read
+    on resume (it once was: exit 2 for a missing config.json, or its weights loaded for nothing)."""
+    base = shutil.copytree(tiny_run.path / "pretrained_model", tmp_path / "base")
+    tuned = tmp_path / "tuned"
+    launch(1, ["train", f"--output_dir={tuned}", f"--dataset.root={demo_dataset}", f"--policy.path={base}",
+               *TINY_RUN_FLAGS, "--steps=4", "--save_freq=2"])
+    shutil.rmtree(base)
+    again = tmp_path / "again"
+    launch(1, ["train", "--resume=true", f"--config_path={tuned / 'checkpoints' / '000002'}", f"--output_dir={again}"])
+    assert losses(again) == losses(tuned)[2:]  # the checkpoint's weights, RNG and data position: bit-exact

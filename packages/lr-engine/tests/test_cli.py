@@ -13,6 +13,12 @@ from _support.procs import run_cli
 TINY = ["--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--batch_size=16"]
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def tree_hash(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -113,6 +119,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, demo_dataset):
         (["--parallelism.dp_shard=2"], "1 x 2 = 2, but 1 process will run"),
         (["--checkpoint_format=dcp"], "--checkpoint_format=dcp needs a sharded run"),
         (["--policy.n_action_steps=50"], "--policy.n_action_steps: must be <="),
+        (["--policy.device=gpu"], "--policy.device: unknown device kind 'gpu'"),  # once a RuntimeError traceback, exit 1
+        pytest.param(["--policy.device=cuda"], "--policy.device: cuda is not available on this machine (it has: cpu",
+                     marks=pytest.mark.skipif(_has_cuda(), reason="this machine has CUDA")),
     ],
 )
 def test_bad_flags_exit_2_with_nothing_written(tmp_path, demo_dataset, flags, message):

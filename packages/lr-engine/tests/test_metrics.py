@@ -54,3 +54,18 @@ def test_a_failed_write_does_not_replace_the_error_a_failing_run_ends_with(tmp_p
     sink.write(MetricsRecord(step=10))
     sink.close(failed=True)  # no raise: the run's own error is the one reported
     assert "warning: the last metrics write failed: IsADirectoryError" in capsys.readouterr().err
+
+
+def test_keep_records_through_cuts_the_file_back_atomically(tmp_path: Path) -> None:
+    """A resume into the run's folder from step 10 keeps the records up to 10: the later ones (and a
+    line a crash cut short) go, in one rename, so that the steps trained again are not listed twice."""
+    from lr_engine._metrics import keep_records_through
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (5, 10, 15, 20)) + '{"step": 25, "lo')
+    assert keep_records_through(path, 10) == 3
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [5, 10]
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temp file left
+    before = path.stat().st_mtime_ns
+    assert keep_records_through(path, 10) == 0 and path.stat().st_mtime_ns == before  # nothing to drop: not rewritten
+    assert keep_records_through(tmp_path / "none.jsonl", 10) == 0

@@ -7,6 +7,7 @@ files are written by the main rank inside lr-checkpoint / lr-publish. Resume is 
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
@@ -33,11 +34,16 @@ from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingSt
 from ._optim import apply_hyperparameters
 from ._parallel.dist import DistContext, barrier
 from ._processors import save_processors
+from ._setup import broadcast_object
 
 if TYPE_CHECKING:
+    from ._adapters import BaseRecord
     from ._train import Run
 
 SCHEDULER_STATE_VERSION = 1
+SCALER_STATE_VERSION = 2
+"""scaler_state.json: torch's GradScaler state dict; version 2 adds `version` and the run's
+`skipped_updates` (a file without `version` is version 1: no count, read as 0)."""
 
 
 @dataclass
@@ -66,9 +72,119 @@ def read_resume(cfg: TrainConfig) -> Resume:
     return Resume(step_dir=step_dir, state=read_resume_state(step_dir), saved_config=saved)
 
 
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _one_of(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:-1]) + (" or " if len(values) > 1 else "") + str(values[-1])
+
+
+def check_steps_continue(cfg: TrainConfig, saved_step: int) -> None:
+    """Refuse a resume that would train nothing (--steps at or below the checkpoint's step, or
+    short of one update) or whose first update would apply a partial accumulation (the step is
+    not a multiple of the new --accelerator.gradient_accumulation.steps)."""
+    k = cfg.grad_accum_steps
+    if saved_step % k:
+        fits = _divisors(saved_step)
+        lower = [d for d in fits if d < k]
+        higher = [d for d in fits if d > k]
+        near = sorted({*lower[-2:], *higher[:2]})
+        raise ConfigError(
+            f"--accelerator.gradient_accumulation.steps: the checkpoint is at step {saved_step}, which is not a multiple of "
+            f"{k}, so the first update would apply a partial accumulation; use a value that divides {saved_step}: "
+            + _one_of(near)
+        )
+    if cfg.steps <= saved_step:
+        raise ConfigError(f"--steps: the checkpoint is at step {saved_step}; pass --steps > {saved_step} to continue")
+    if cfg.steps < saved_step + k:
+        raise ConfigError(
+            f"--steps: the checkpoint is at step {saved_step} and an optimizer update takes {k} loop steps "
+            f"(--accelerator.gradient_accumulation.steps={k}); pass --steps >= {saved_step + k} to continue"
+        )
+
+
 def restore_rng_or_warn(resume: Resume, ctx: DistContext) -> None:
-    if not restore_rng(resume.step_dir, ctx.rank) and ctx.is_main:
+    """Phase 1: this rank's generators. A rank the checkpoint has no state for (it was saved by
+    fewer processes) keeps its fresh seed; the main rank says which ranks, once."""
+    saved_world = resume.training_step.topology.world_size
+    restored = restore_rng(resume.step_dir, ctx.rank)
+    if ctx.is_main and ctx.world_size > saved_world:
+        fresh = f"rank {saved_world} keeps" if ctx.world_size == saved_world + 1 else f"ranks {saved_world}-{ctx.world_size - 1} keep"
+        print(
+            f"warning: {resume.step_dir} holds RNG state for {saved_world} process{'es' if saved_world > 1 else ''}, not "
+            f"{ctx.world_size}: {fresh} a fresh seed (their random draws, dropout for one, differ from a run on "
+            f"{saved_world})",
+            flush=True,
+        )
+    if not restored and ctx.rank < saved_world:  # the file lacks a rank that saved it
         print(f"warning: {resume.step_dir} has no RNG state for rank {ctx.rank}; this rank keeps a fresh seed", flush=True)
+
+
+def adapter_base(cfg: TrainConfig, ctx: DistContext, resume: Resume | None) -> BaseRecord | None:
+    """LoRA: the identity of the base at --policy.path (None without PEFT), taken by the main rank
+    (collective). On resume, a base whose weights differ from the ones the checkpoint's adapters
+    were trained on is refused on every rank, naming --policy.path; a checkpoint saved before
+    lr recorded its base resumes with a warning."""
+    if cfg.peft.method_type is None:
+        return None
+    outcome: tuple[BaseRecord | None, str] | None = None
+    if ctx.is_main:
+        try:
+            outcome = (_checked_base(cfg, resume), "")
+        except ConfigError as exc:
+            outcome = (None, str(exc))
+    record: BaseRecord | None
+    record, problem = broadcast_object(outcome, ctx)
+    if problem:
+        raise ConfigError(problem)
+    return record
+
+
+def _checked_base(cfg: TrainConfig, resume: Resume | None) -> BaseRecord:
+    from ._adapters import ADAPTER_BASE, base_record, read_base_record
+
+    assert cfg.policy.path is not None
+    current = base_record(cfg.policy.path)
+    if resume is None:
+        return current
+    saved = read_base_record(resume.step_dir / "pretrained_model")
+    if saved is None:
+        print(
+            f"warning: {resume.step_dir / 'pretrained_model'} has no {ADAPTER_BASE} (saved by an older lr): cannot check that "
+            f"the base at {cfg.policy.path} is the one its adapters were trained on",
+            flush=True,
+        )
+    elif not saved.same_weights(current):
+        raise ConfigError(
+            f"--policy.path: the base model at {cfg.policy.path} is not the one the adapters of {resume.step_dir} were trained "
+            f"on: its model.safetensors is {current.size} bytes with SHA-256 {current.sha256[:16]}..., the recorded base "
+            f"({saved.base_model_name_or_path}) {saved.size} bytes with {saved.sha256[:16]}...; pass --policy.path=<the base "
+            "they were trained on>"
+        )
+    return current
+
+
+def scaler_state(run: Run) -> dict[str, Any] | None:
+    """What scaler_state.json holds (fp16 runs): the GradScaler's state and the skipped updates."""
+    if run.scaler is None:
+        return None
+    return {"version": SCALER_STATE_VERSION, **run.scaler.state_dict(), "skipped_updates": run.skipped_updates}
+
+
+def _load_scaler(run: Run, resume: Resume) -> None:
+    path = resume.step_dir / "training_state" / "scaler_state.json"
+    state = dict(resume.state.scaler_state or {})
+    version = state.pop("version", 1)
+    skipped = state.pop("skipped_updates", 0) if version == SCALER_STATE_VERSION else 0
+    if version not in (1, SCALER_STATE_VERSION):
+        raise ConfigError(f"{path}: unsupported version {version!r}; expected 1 to {SCALER_STATE_VERSION}")
+    if type(skipped) is not int:
+        raise ConfigError(f"{path}: skipped_updates: expected int, got {skipped!r}; the checkpoint is damaged")
+    if run.scaler is not None and state:
+        run.scaler.load_state_dict(state)
+        run.skipped_updates = skipped
 
 
 def load_state(run: Run, resume: Resume) -> None:
@@ -78,8 +194,7 @@ def load_state(run: Run, resume: Resume) -> None:
     sched = resume.state.scheduler_state
     if sched.get("version") != SCHEDULER_STATE_VERSION:
         raise ConfigError(f"{resume.step_dir / 'training_state' / 'scheduler_state.json'}: unsupported version {sched.get('version')!r}")
-    if run.scaler is not None and resume.state.scaler_state is not None:
-        run.scaler.load_state_dict(resume.state.scaler_state)
+    _load_scaler(run, resume)
 
 
 def changed_settings(old: TrainingStep, new: TrainingStep, old_cfg: TrainConfig | None = None, new_cfg: TrainConfig | None = None) -> list[str]:
@@ -116,15 +231,20 @@ def warn_changed_settings(run: Run, resume: Resume) -> None:
         print(f"warning: resuming {resume.step_dir} with changed settings: {', '.join(changes)}; data position {exact}", flush=True)
 
 
-def _write_pretrained_extras(run: Run) -> Any:
+def _write_pretrained_extras(run: Run, base_record: bool = True) -> Any:
+    """The writer of a pretrained_model folder's files besides the weights (main rank). LoRA:
+    the adapter config and, unless `base_record=False` (a publish folder: the record is for
+    resuming here), adapter_base.json."""
     def write(directory: Path) -> None:
         save_json(directory / "config.json", policy_config_dict(run.cfg.policy))
         save_processors(directory, run.data.pre, run.data.post)
         if run.cfg.peft.method_type is not None:
-            from ._adapters import write_adapter_config
+            from ._adapters import write_adapter_config, write_base_record
 
-            assert run.cfg.policy.path is not None
+            assert run.cfg.policy.path is not None and run.base_record is not None
             write_adapter_config(directory, run.policy, run.cfg.policy.path)
+            if base_record:
+                write_base_record(directory, run.base_record)
 
     return write
 
@@ -146,7 +266,7 @@ def save(run: Run, step: int, training_step: TrainingStep) -> Path:
         train_config=run.cfg,
         training_step=training_step,
         scheduler_state=scheduler_state(run, step),
-        scaler_state=run.scaler.state_dict() if run.scaler is not None else None,
+        scaler_state=scaler_state(run),
         write_pretrained=_write_pretrained_extras(run),
     )
     finish_pending(run)  # the previous background save, committed first (save_checkpoint would wait too)
@@ -228,7 +348,7 @@ def publish(run: Run, step: int) -> None:
         run.model,
         train_config=cfg,
         training_step=training_step_record(run, step),
-        write_pretrained=_write_pretrained_extras(run),
+        write_pretrained=_write_pretrained_extras(run, base_record=False),
         repo_id=cfg.policy.repo_id,
         private=cfg.policy.private,
         endpoint=cfg.hub.endpoint,

@@ -18,6 +18,11 @@ rank at its next collective, for milliseconds on a local disk (up to 30 ms measu
 and far longer on the network filesystems that output folders of clusters often live on.
 At most one log step's writes are in flight: the next log step, and the end of the loop,
 wait for them, and a write that failed raises there.
+
+A resume into the run's own folder from a checkpoint before the last logged step (the run
+crashed after logging steps it never saved) first cuts the metrics files back to the
+resumed step (`keep_records_through`: a temp file, fsync, rename), so that the steps that
+are trained again are not listed twice.
 """
 
 from __future__ import annotations
@@ -36,6 +41,43 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from lr_config import MetricsRecord, TrainConfig, to_dict
+
+
+def _kept_line(line: str, step: int) -> bool:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return False  # a line a crash cut short
+    return isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step
+
+
+def keep_records_through(path: Path, step: int) -> int:
+    """Rewrite the JSONL metrics file `path` atomically with only its records up to `step`
+    (a line a crash cut short goes too); returns how many lines went. Nothing is written
+    when all are kept."""
+    if not path.is_file():
+        return 0
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line if line.endswith("\n") else line + "\n" for line in lines if _kept_line(line, step)]
+    if len(kept) == len(lines) and all(line.endswith("\n") for line in lines):
+        return 0
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask's mode, as the file had
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.writelines(kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a crash
+    finally:
+        os.close(folder)
+    return len(lines) - len(kept)
 
 
 def _gather(t: torch.Tensor) -> torch.Tensor:

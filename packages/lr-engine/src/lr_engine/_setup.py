@@ -4,7 +4,9 @@ Order (the two-phase resume contract of ARCHITECTURE.md):
 1. `prepare_output` (main rank decides the folder, every rank agrees on it);
 2. `build_data`: dataset, processors and the rank-independent sampler, positioned at the
    resumed step;
-3. `build_policy`: seeded identically on every rank (fine-tune base from `--policy.path`);
+3. `build_policy`: seeded identically on every rank (fine-tune base from `--policy.path`;
+   a resume reads the base only for LoRA: a full fine-tune's checkpoint holds every weight,
+   and its saved policy config is the architecture);
 4. RNG restore (phase 1 of resume, before wrapping);
 5. `parallelize`: nothing, DDP or FSDP2/HSDP;
 6. optimizer, scaler; then model and optimizer state (phase 2, resharded by DCP).
@@ -24,7 +26,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from lr_checkpoint import list_step_dirs
-from lr_config import ConfigError, ParallelismConfig, TrainConfig, TrainingStep, holds_a_run, load_policy_config
+from lr_config import (
+    ConfigError,
+    ParallelismConfig,
+    PolicyConfigBase,
+    TrainConfig,
+    TrainingStep,
+    holds_a_run,
+    load_policy_config,
+)
 from torch import nn
 
 from ._data.dataset import LeRobotDataset, resolve_dataset_root
@@ -130,13 +140,34 @@ def policy_horizon(cfg: TrainConfig) -> int:
     return cfg.policy.chunk_size
 
 
-def resolve_features(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
+def reads_base(cfg: TrainConfig) -> bool:
+    """Whether the run reads the base at --policy.path: a fine-tune's start, and any LoRA run (its
+    checkpoints hold only the adapters). A full fine-tune's resume does not: its checkpoint
+    holds every weight, and the saved policy config is its architecture, so it resumes even
+    when the base is gone."""
+    return cfg.policy.path is not None and (not cfg.resume or cfg.peft.method_type is not None)
+
+
+def _base_config(cfg: TrainConfig, resume_step_dir: Path | None) -> PolicyConfigBase:
+    assert cfg.policy.path is not None
+    try:
+        return load_policy_config(cfg.policy.path)
+    except ConfigError as exc:
+        if resume_step_dir is None:
+            raise
+        raise ConfigError(
+            f"{exc}\nThe LoRA checkpoint {resume_step_dir} holds only the adapters; it resumes on the base model they were "
+            f"trained on: put it back at {cfg.policy.path}, or pass --policy.path=<where it is now>"
+        ) from None
+
+
+def resolve_features(cfg: TrainConfig, ctx: DistContext, resume_step_dir: Path | None = None) -> TrainConfig:
     """Fill the dataset root and the policy's features (from --policy.path or the dataset)."""
     policy = cfg.policy
-    if policy.path is not None:  # before the demo dataset may be generated: a bad path writes nothing
+    if reads_base(cfg):  # before the demo dataset may be generated: a bad path writes nothing
         # the parser started the policy settings from its config.json and merged the flags over
         # them; a config file naming the path may still hold another type
-        base = load_policy_config(policy.path)
+        base = _base_config(cfg, resume_step_dir)
         if type(base) is not type(policy):
             raise ConfigError(f"--policy.path: {policy.path} holds a {base.type_name!r} policy, but --policy.type is {policy.type_name!r}")
     root = resolve_dataset_root(cfg.dataset, create_demo=ctx.is_main)
@@ -195,10 +226,12 @@ def seed_everything(seed: int) -> None:
 
 def build_policy(cfg: TrainConfig, device: torch.device) -> nn.Module:
     """The policy with identical initial weights on every rank (the base's weights when
-    fine-tuning), wrapped with LoRA adapters when --peft.method_type is set."""
+    fine-tuning; a resume loads the checkpoint's over them), wrapped with LoRA adapters when
+    --peft.method_type is set."""
     seed_everything(cfg.seed)
     policy: nn.Module = make_policy(cfg.policy)
-    if cfg.policy.path is not None:
+    if reads_base(cfg):
+        assert cfg.policy.path is not None
         load_weights(policy, cfg.policy.path)
     if cfg.peft.method_type is not None:
         from ._adapters import apply_lora

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lr_config import (
@@ -38,7 +38,7 @@ from lr_config import (
 from torch import nn
 
 from . import _checkpointing as checkpointing
-from ._metrics import MetricsSink, MetricsWindow
+from ._metrics import MetricsSink, MetricsWindow, keep_records_through
 from ._optim import clip_and_norm, lr_at, make_optimizer, set_lr
 from ._parallel.dist import DistContext
 from ._parallel.precision import autocast_for, make_scaler
@@ -54,6 +54,9 @@ from ._setup import (
     resolved_parallelism,
     seed_everything,
 )
+
+if TYPE_CHECKING:
+    from ._adapters import BaseRecord
 
 
 @dataclass
@@ -76,6 +79,9 @@ class Run:
     stopped: bool = False
     grad_norm: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
     status: RunStatus = field(default_factory=RunStatus)
+    base_record: BaseRecord | None = None
+    """LoRA: the base the adapters train on (recorded in each adapter folder)."""
+    resumed_into_own_folder: bool = False
 
     @property
     def output_dir(self) -> Path:
@@ -115,9 +121,12 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     checkpointing.check_publish(cfg)
     resume = checkpointing.read_resume(cfg) if cfg.resume else None
     cfg = prepare_output(cfg, ctx, resume.step_dir if resume else None)
-    cfg = resolve_features(resolved_parallelism(cfg, ctx), ctx)
+    if resume is not None:
+        checkpointing.check_steps_continue(cfg, resume.training_step.step)
+    cfg = resolve_features(resolved_parallelism(cfg, ctx), ctx, resume.step_dir if resume else None)
     data = build_data(cfg, ctx, resume.training_step if resume else None)
     policy = build_policy(cfg, ctx.device)
+    base_record = checkpointing.adapter_base(cfg, ctx, resume)
     seed_everything(cfg.seed + 7919 * ctx.rank)
     if resume is not None:
         checkpointing.restore_rng_or_warn(resume, ctx)
@@ -125,8 +134,9 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     optimizer = make_optimizer(model.parameters(), cfg.optimizer)
     scaler = make_scaler(cfg, ctx.device)
     run = Run(cfg=cfg, ctx=ctx, data=data, policy=policy, model=model, plan=plan, optimizer=optimizer, scaler=scaler,
-              run_id=resume.training_step.run_id if resume else new_run_id())
+              run_id=resume.training_step.run_id if resume else new_run_id(), base_record=base_record)
     if resume is not None:
+        run.resumed_into_own_folder = resume.step_dir.parent.parent.resolve() == run.output_dir.resolve()
         checkpointing.load_state(run, resume)
         run.start_step = resume.training_step.step
         run.start_samples = resume.training_step.samples_seen
@@ -136,9 +146,14 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
 
 
 def start_files(run: Run) -> None:
-    """Main rank: train_config.json and run.json at start."""
+    """Main rank: train_config.json and run.json at start. A resume into the run's own folder
+    first cuts its metrics files back to the resumed step (the steps after it are trained again)."""
     if not run.ctx.is_main:
         return
+    if run.resumed_into_own_folder:
+        for path in [run.output_dir / "metrics.jsonl", *sorted(run.output_dir.glob("metrics_rank*.jsonl"))]:
+            if keep_records_through(path, run.start_step):
+                log(run.ctx, f"{path}: records after step {run.start_step} dropped (that step is where training resumes)")
     run.output_dir.mkdir(parents=True, exist_ok=True)
     save_json(run.output_dir / "train_config.json", to_dict(run.cfg))
     run.status = RunStatus(

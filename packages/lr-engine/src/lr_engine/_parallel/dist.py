@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from lr_config import ConfigError, Topology, TrainConfig, validate
+from lr_config import ConfigError, Topology, TrainConfig, did_you_mean, validate
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 DEFAULT_TIMEOUT_S = 300
@@ -52,18 +52,70 @@ class DistContext:
         return self.world_size > 1
 
 
+DEVICE_KINDS = ("cpu", "cuda", "mps", "xpu")
+
+
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def _xpu_available() -> bool:
+    return hasattr(torch, "xpu") and torch.xpu.is_available()
+
+
+def device_counts() -> dict[str, int]:
+    """The devices this machine has, by kind (cpu always)."""
+    counts = {"cpu": 1}
+    if torch.cuda.is_available():
+        counts["cuda"] = torch.cuda.device_count()
+    if _mps_available():
+        counts["mps"] = 1
+    if _xpu_available():
+        counts["xpu"] = torch.xpu.device_count()
+    return counts
+
+
+def requested_device(requested: str, local_rank: int) -> torch.device:
+    """The device `--policy.device` names, checked against this machine: an unknown kind, a
+    malformed index or a device it does not have is a ConfigError naming the flag (torch would
+    raise a RuntimeError later, from inside the set-up)."""
+    kind, _, index_text = requested.partition(":")
+    if kind not in DEVICE_KINDS:
+        raise ConfigError(
+            f"--policy.device: unknown device kind {kind!r}{did_you_mean(kind, DEVICE_KINDS)}; known kinds: {', '.join(DEVICE_KINDS)}"
+            + (" (an NVIDIA or AMD GPU is cuda)" if kind.lower() == "gpu" else "")
+        )
+    if index_text and not index_text.isdigit():
+        raise ConfigError(f"--policy.device: {requested!r} is not a device: expected {kind} or {kind}:<index>")
+    counts = device_counts()
+    if kind not in counts:
+        have = ", ".join(k if k in ("cpu", "mps") else f"{k} x{n}" for k, n in counts.items())
+        raise ConfigError(
+            f"--policy.device: {kind} is not available on this machine (it has: {have}); choose one of those, or leave "
+            "--policy.device unset for the best one"
+        )
+    if kind in ("cpu", "mps"):
+        return torch.device(kind)
+    index = int(index_text) if index_text else local_rank
+    if index >= counts[kind]:
+        raise ConfigError(
+            f"--policy.device: {kind}:{index} is not available on this machine (it has {counts[kind]} {kind} device"
+            f"{'s' if counts[kind] != 1 else ''}, {kind}:0-{counts[kind] - 1}"
+            + (f"; this process is local rank {local_rank}" if not index_text else "")
+            + ")"
+        )
+    return torch.device(kind, index)
+
+
 def best_device(requested: str | None, local_rank: int) -> torch.device:
-    """--policy.device, else the best available: cuda, mps, xpu, cpu."""
+    """--policy.device (checked against this machine), else the best available: cuda, mps, xpu, cpu."""
     if requested:
-        kind = requested.split(":")[0]
-        if kind == "cuda":
-            return torch.device("cuda", local_rank if ":" not in requested else int(requested.split(":")[1]))
-        return torch.device(requested)
+        return requested_device(requested, local_rank)
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank)
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if _mps_available():
         return torch.device("mps")
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
+    if _xpu_available():
         return torch.device("xpu", local_rank)
     return torch.device("cpu")
 
