@@ -337,6 +337,22 @@ def test_resume_is_asked_for_by_the_command_never_inherited_from_a_file(tmp_path
     assert again.resume is True and again.output_dir == run
 
 
+def test_a_resume_given_a_new_policy_path_keeps_its_checkpoints_policy_settings(tmp_path: Path) -> None:
+    """A LoRA resume whose base moved says where it is now with --policy.path; the settings the run
+    trained with (here an override of the base's dropout) stay, where a new run starts from the base."""
+    base = _saved_policy(tmp_path / "base", ACTConfig(dim_model=32, n_heads=2, dropout=0.0))
+    moved = _saved_policy(tmp_path / "moved", ACTConfig(dim_model=32, n_heads=2, dropout=0.0))
+    run = tmp_path / "run"
+    saved = parse_train_config([f"--policy.path={base}", "--policy.dropout=0.3", f"--output_dir={run}"])
+    step = run / "checkpoints" / "000004" / "pretrained_model"
+    save_json(step / "train_config.json", to_dict(saved))
+    cfg = parse_train_config(["--resume=true", f"--config_path={step.parent}", f"--policy.path={moved}"])
+    assert cfg.policy == dataclasses.replace(saved.policy, path=moved)
+    assert parse_train_config(config_to_flags(cfg)) == cfg
+    fresh = parse_train_config([f"--config_path={step.parent}", f"--policy.path={moved}", f"--output_dir={tmp_path / 'new'}"])
+    assert isinstance(fresh.policy, ACTConfig) and fresh.policy.dropout == 0.0  # a new run starts from the path's config
+
+
 def test_switching_policy_type_over_a_config_file_keeps_where_it_runs_and_publishes(tmp_path: Path) -> None:
     base = _saved_policy(tmp_path / "base", ACTConfig())
     saved = parse_train_config(["--policy.device=cpu", f"--policy.path={base}", "--policy.repo_id=me/m", "--policy.chunk_size=20"])

@@ -13,16 +13,40 @@ from lr_config import (
     TrainingStep,
     parse_train_config,
     save_json,
+    save_training_step,
     to_dict,
 )
 from lr_config import build_resume_launch, resume_config, resume_is_sample_exact
 
 
-def _checkpoint(tmp_path: Path, flags: list[str]) -> Path:
-    step_dir = tmp_path / "run" / "checkpoints" / "000100"
+def _checkpoint(tmp_path: Path, flags: list[str], step: int = 100) -> Path:
+    step_dir = tmp_path / "run" / "checkpoints" / f"{step:06d}"
     cfg = parse_train_config([f"--output_dir={tmp_path / 'run'}", *flags])
     save_json(step_dir / "pretrained_model" / "train_config.json", to_dict(cfg))
+    save_training_step(step_dir / "training_state" / "training_step.json", TrainingStep(step=step, optimizer_updates=step))
     return step_dir
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        (["--steps=100"], "--steps: the checkpoint is at step 100; pass --steps > 100 to continue"),
+        (["--steps=50"], "--steps: the checkpoint is at step 100; pass --steps > 100 to continue"),
+        (["--steps=102", "--accelerator.gradient_accumulation.steps=4", "--save_freq=4"],
+         "--steps: the checkpoint is at step 100 and an optimizer update takes 4 loop steps "
+         "(--accelerator.gradient_accumulation.steps=4); pass --steps >= 104 to continue"),
+        (["--steps=500", "--accelerator.gradient_accumulation.steps=3", "--save_freq=3"],
+         "--accelerator.gradient_accumulation.steps: the checkpoint is at step 100, which is not a multiple of 3, so the first "
+         "update would apply a partial accumulation; use a value that divides 100: 1, 2, 4 or 5"),
+    ],
+)
+def test_a_resume_that_cannot_continue_gets_no_command(tmp_path, overrides, problem):
+    """The engine would refuse it at start-up (exit 2); the TUI's resume command is refused first."""
+    step_dir = _checkpoint(tmp_path, ["--steps=100"])
+    with pytest.raises(ConfigError) as err:
+        build_resume_launch(LaunchSpec(), step_dir, overrides)
+    assert err.value.problems == [problem]
+    assert build_resume_launch(LaunchSpec(), step_dir, ["--steps=200"])[-1] == "--steps=200"
 
 
 def test_torchrun_resume_passes_only_resume_config_path_and_overrides(tmp_path):

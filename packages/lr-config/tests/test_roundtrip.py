@@ -78,7 +78,7 @@ norm = st.dictionaries(st.sampled_from(["STATE", "ENV", "VISUAL", "ACTION"]), st
 def policy_common(draw: st.DrawFn) -> dict[str, Any]:
     repo_id = draw(opt(repo_ids))
     return {
-        "device": draw(opt(st.sampled_from(["cpu", "cuda", "cuda:1", "mps"]) | text)),
+        "device": draw(opt(st.sampled_from(["cpu", "cuda", "cuda:1", "mps", "xpu:0", ""]))),
         "path": draw(opt(paths)),
         "repo_id": repo_id,
         "push_to_hub": repo_id is not None and draw(st.booleans()),

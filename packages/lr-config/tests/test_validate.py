@@ -186,10 +186,19 @@ def test_scalar_rules(argv: list[str], expected: str) -> None:
         (["--policy.n_heads=0"], "--policy.n_heads: must be >= 1, got 0"),
         (["--policy.type=mlp", "--policy.hidden_dim=0"], "--policy.hidden_dim: must be >= 1, got 0"),
         (["--policy.type=mlp", "--policy.n_layers=0"], "--policy.n_layers: must be >= 1, got 0"),
+        (["--policy.device=gpu"], "--policy.device: unknown device kind 'gpu' (did you mean 'cuda'? an NVIDIA or AMD GPU is cuda); known kinds: cpu, cuda, mps, xpu"),
+        (["--policy.device=cdua"], "--policy.device: unknown device kind 'cdua' (did you mean 'cuda'?); known kinds: cpu, cuda, mps, xpu"),
+        (["--policy.device=cuda:first"], "--policy.device: 'cuda:first' is not a device: expected cuda or cuda:<index>"),
     ],
 )
 def test_policy_rules(argv: list[str], expected: str) -> None:
     assert expected in problems(argv)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:1", "mps", "xpu:0"])
+def test_device_kinds_pass_whatever_this_machine_has(device: str) -> None:
+    """Whether the machine has the device is the engine's check: a plan may be made elsewhere."""
+    assert problems([f"--policy.device={device}"]) == []
 
 
 def test_resume_needs_config_path() -> None:

@@ -61,15 +61,16 @@ from ._files import (
 from ._flags import all_flag_paths, format_help, parse_train_config, split_flags
 from ._policy_file import POLICY_CONFIG_VERSION, load_policy_config, policy_config_dict
 from ._launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
-from ._resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact
+from ._resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact, resume_problems
 from ._serde import from_dict, load_json, make_converter, save_json, to_dict
 from ._topology import Topology, banner_line, effective_batch, resolve_topology
-from ._validate import check_repo_id, validate
+from ._validate import DEVICE_KINDS, check_repo_id, device_problem, validate
 
 __all__ = [
     "ALLOW_ENV",
     "CHECKPOINT_FORMATS",
     "DEMO_REPO_ID",
+    "DEVICE_KINDS",
     "CHECKSUMS_VERSION",
     "FILES_VERSION",
     "POLICY_CONFIG_VERSION",
@@ -112,6 +113,7 @@ __all__ = [
     "check_repo_id",
     "config_to_flags",
     "did_you_mean",
+    "device_problem",
     "effective_batch",
     "format_command",
     "format_help",
@@ -132,6 +134,7 @@ __all__ = [
     "resume_config",
     "resume_config_path",
     "resume_is_sample_exact",
+    "resume_problems",
     "save_checksums",
     "save_json",
     "save_run_status",

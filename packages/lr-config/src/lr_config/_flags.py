@@ -12,7 +12,8 @@ Changing `--policy.type` swaps the policy block for the new type's defaults befo
 other `--policy.*` flags are merged, as LeRobot users expect. `--policy.path=<folder>`
 (fine-tuning) starts the policy block from that folder's config.json instead, its type
 included, and the other `--policy.*` flags are merged over it (an architecture setting that
-does not fit the saved weights is refused when they load).
+does not fit the saved weights is refused when they load). A resume keeps the policy settings
+of its checkpoint: there `--policy.path` only says where the base model now is (LoRA).
 
 `resume` is only ever asked for on the command line: a file's `"resume": true` (every resumed
 run saves one in its checkpoints) is read as false, so `--config_path=<checkpoint>` without
@@ -283,11 +284,12 @@ def _start_from_policy_path(base: dict[str, Any], flags: dict[str, str]) -> None
 def parse_train_config(argv: list[str]) -> TrainConfig:
     """Build a TrainConfig from `--a.b=value` flags (see the module docstring)."""
     flags = split_flags(argv)
-    base = _base_dict(flags.get("config_path"), resume=flags.get("resume", "").strip().lower() == "true")
+    resuming = flags.get("resume", "").strip().lower() == "true" and "config_path" in flags
+    base = _base_dict(flags.get("config_path"), resume=resuming)
     dataset_before = (base["dataset"]["repo_id"], base["dataset"]["root"])
     if "policy.type" in flags:
         _switch_policy_type(base, flags["policy.type"])
-    if "policy.path" in flags:
+    if "policy.path" in flags and not resuming:  # a resume keeps its checkpoint's policy settings
         _start_from_policy_path(base, flags)
     for name, raw in flags.items():
         tp = _type_at(TrainConfig, name)

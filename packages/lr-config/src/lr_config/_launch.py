@@ -110,7 +110,8 @@ def config_to_flags(cfg: TrainConfig) -> list[str]:
         flags.append(f"--policy.type={policy_type}")
         _switch_policy_type(base, policy_type)
     policy_path = None if cfg.policy.path is None else str(cfg.policy.path)
-    if policy_path is not None and base["policy"].get("path") != policy_path:  # the parser will start from its config.json
+    resuming = cfg.resume and config_path is not None  # the parser keeps the checkpoint's policy settings then
+    if policy_path is not None and base["policy"].get("path") != policy_path and not resuming:  # it starts from its config.json
         _start_from_policy_path(base, {"policy.path": policy_path})
     defaults = _flatten(base, leaves)
     given = _flatten(to_dict(cfg), leaves)

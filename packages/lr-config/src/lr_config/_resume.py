@@ -15,19 +15,26 @@ command it returns never fails at start-up on topology (a changed layout needs i
 exactly the samples the original would have: the global sample order depends only on
 (seed, epoch), and each loop step takes `batch_size x dp_world_size` of it, so the resume
 is exact when that product is unchanged, whatever the topology. Pure Python, no torch.
+
+`resume_problems(saved_step, cfg)` is why a resume of a checkpoint at `saved_step` cannot go
+on with `cfg`: `--steps` that trains nothing more, or an accumulation whose first update would
+be partial. The engine refuses those before it writes anything, and `build_resume_launch`
+before it builds a command.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ._configs import TrainConfig
-from ._files import TrainingStep
+from ._errors import ConfigError
+from ._files import TrainingStep, load_training_step
 from ._flags import parse_train_config
 from ._launch import LaunchSpec, build_launch
 from ._topology import Topology
 
-__all__ = ["build_resume_launch", "resume_config", "resume_config_path", "resume_is_sample_exact"]
+__all__ = ["build_resume_launch", "resume_config", "resume_config_path", "resume_is_sample_exact", "resume_problems"]
 
 _RESUME_FLAG = "--resume=true"
 
@@ -43,10 +50,46 @@ def resume_config(step_dir: Path, overrides: list[str] | None = None) -> TrainCo
     return parse_train_config(flags)
 
 
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _one_of(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:-1]) + (" or " if len(values) > 1 else "") + str(values[-1])
+
+
+def resume_problems(saved_step: int, cfg: TrainConfig) -> list[str]:
+    """Why the checkpoint at loop step `saved_step` cannot continue as `cfg` says: a run that
+    would train nothing (--steps at or below the step, or short of one update) or whose first
+    update would apply a partial accumulation (the step is not a multiple of the new K)."""
+    k = cfg.grad_accum_steps
+    if k >= 1 and saved_step % k:
+        fits = _divisors(saved_step)
+        near = sorted({*[d for d in fits if d < k][-2:], *[d for d in fits if d > k][:2]})
+        return [
+            f"--accelerator.gradient_accumulation.steps: the checkpoint is at step {saved_step}, which is not a multiple of "
+            f"{k}, so the first update would apply a partial accumulation; use a value that divides {saved_step}: " + _one_of(near)
+        ]
+    if cfg.steps <= saved_step:
+        return [f"--steps: the checkpoint is at step {saved_step}; pass --steps > {saved_step} to continue"]
+    if cfg.steps < saved_step + k:
+        return [
+            f"--steps: the checkpoint is at step {saved_step} and an optimizer update takes {k} loop steps "
+            f"(--accelerator.gradient_accumulation.steps={k}); pass --steps >= {saved_step + k} to continue"
+        ]
+    return []
+
+
 def build_resume_launch(spec: LaunchSpec, step_dir: Path, overrides: list[str] | None = None) -> list[str]:
-    """argv resuming the checkpoint in `step_dir` under `spec`; raises ConfigError when invalid."""
+    """argv resuming the checkpoint in `step_dir` under `spec`; raises ConfigError when invalid
+    (the settings, or a resume that cannot go on: `resume_problems`)."""
     cfg = resume_config(step_dir, overrides)
     full = build_launch(spec, cfg)
+    saved = load_training_step(Path(step_dir) / "training_state" / "training_step.json")
+    problems = resume_problems(saved.step, cfg)
+    if problems:
+        raise ConfigError(problems[0], problems=problems)
     launcher = full[: full.index("-m")]
     return [
         *launcher,

@@ -14,10 +14,25 @@ import re
 from typing import Any
 
 from ._configs import TRAIN_CONFIG_VERSION, ACTConfig, FSDPConfig, TrainConfig
-from ._errors import ConfigError
+from ._errors import ConfigError, did_you_mean
 from ._topology import Topology, _check_degrees, resolve_topology
 
-__all__ = ["check_repo_id", "validate"]
+__all__ = ["DEVICE_KINDS", "check_repo_id", "device_problem", "validate"]
+
+DEVICE_KINDS = ("cpu", "cuda", "mps", "xpu")
+"""What `--policy.device` may name (with `:<index>` for cuda and xpu); whether this machine has
+it is the engine's check, at start-up."""
+
+
+def device_problem(device: str) -> str | None:
+    """Why `--policy.device=<device>` names no device kind lr knows, or None."""
+    kind, colon, index = device.partition(":")
+    if kind not in DEVICE_KINDS:
+        hint = " (did you mean 'cuda'? an NVIDIA or AMD GPU is cuda)" if kind.lower() == "gpu" else did_you_mean(kind, DEVICE_KINDS)
+        return f"--policy.device: unknown device kind {kind!r}{hint}; known kinds: {', '.join(DEVICE_KINDS)}"
+    if colon and not index.isdigit():
+        return f"--policy.device: {device!r} is not a device: expected {kind} or {kind}:<index>"
+    return None
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
@@ -106,6 +121,8 @@ def _scalar_rules(cfg: TrainConfig) -> list[str]:
 def _policy_rules(cfg: TrainConfig) -> list[str]:
     p: list[str] = []
     pol = cfg.policy
+    if pol.device and (problem := device_problem(pol.device)):  # "" is unset, as in the engine
+        p.append(problem)
     _positive(p, "policy.chunk_size", pol.chunk_size)
     _positive(p, "policy.n_action_steps", pol.n_action_steps)
     if pol.n_action_steps > pol.chunk_size:

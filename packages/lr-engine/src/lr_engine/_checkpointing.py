@@ -7,7 +7,6 @@ files are written by the main rank inside lr-checkpoint / lr-publish. Resume is 
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import shutil
@@ -29,7 +28,7 @@ from lr_checkpoint import (
     wait_for_staging,
     write_tensor_dict,
 )
-from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json, policy_config_dict, save_json, to_dict
+from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json, policy_config_dict, resume_problems, save_json, to_dict
 
 from ._optim import apply_hyperparameters
 from ._parallel.dist import DistContext, barrier
@@ -72,37 +71,12 @@ def read_resume(cfg: TrainConfig) -> Resume:
     return Resume(step_dir=step_dir, state=read_resume_state(step_dir), saved_config=saved)
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
-
-
-def _one_of(values: list[int]) -> str:
-    return ", ".join(str(v) for v in values[:-1]) + (" or " if len(values) > 1 else "") + str(values[-1])
-
-
 def check_steps_continue(cfg: TrainConfig, saved_step: int) -> None:
-    """Refuse a resume that would train nothing (--steps at or below the checkpoint's step, or
-    short of one update) or whose first update would apply a partial accumulation (the step is
-    not a multiple of the new --accelerator.gradient_accumulation.steps)."""
-    k = cfg.grad_accum_steps
-    if saved_step % k:
-        fits = _divisors(saved_step)
-        lower = [d for d in fits if d < k]
-        higher = [d for d in fits if d > k]
-        near = sorted({*lower[-2:], *higher[:2]})
-        raise ConfigError(
-            f"--accelerator.gradient_accumulation.steps: the checkpoint is at step {saved_step}, which is not a multiple of "
-            f"{k}, so the first update would apply a partial accumulation; use a value that divides {saved_step}: "
-            + _one_of(near)
-        )
-    if cfg.steps <= saved_step:
-        raise ConfigError(f"--steps: the checkpoint is at step {saved_step}; pass --steps > {saved_step} to continue")
-    if cfg.steps < saved_step + k:
-        raise ConfigError(
-            f"--steps: the checkpoint is at step {saved_step} and an optimizer update takes {k} loop steps "
-            f"(--accelerator.gradient_accumulation.steps={k}); pass --steps >= {saved_step + k} to continue"
-        )
+    """Refuse a resume that would train nothing or whose first update would apply a partial
+    accumulation (lr_config.resume_problems, which lr-tui's resume commands check too)."""
+    problems = resume_problems(saved_step, cfg)
+    if problems:
+        raise ConfigError(problems[0], problems=problems)
 
 
 def restore_rng_or_warn(resume: Resume, ctx: DistContext) -> None:

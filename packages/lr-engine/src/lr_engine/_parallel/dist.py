@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from lr_config import ConfigError, Topology, TrainConfig, did_you_mean, validate
+from lr_config import ConfigError, Topology, TrainConfig, device_problem, validate
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 DEFAULT_TIMEOUT_S = 300
@@ -52,9 +52,6 @@ class DistContext:
         return self.world_size > 1
 
 
-DEVICE_KINDS = ("cpu", "cuda", "mps", "xpu")
-
-
 def _mps_available() -> bool:
     return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
@@ -79,14 +76,10 @@ def requested_device(requested: str, local_rank: int) -> torch.device:
     """The device `--policy.device` names, checked against this machine: an unknown kind, a
     malformed index or a device it does not have is a ConfigError naming the flag (torch would
     raise a RuntimeError later, from inside the set-up)."""
+    problem = device_problem(requested)  # validate refused it already; a caller may not have validated
+    if problem:
+        raise ConfigError(problem)
     kind, _, index_text = requested.partition(":")
-    if kind not in DEVICE_KINDS:
-        raise ConfigError(
-            f"--policy.device: unknown device kind {kind!r}{did_you_mean(kind, DEVICE_KINDS)}; known kinds: {', '.join(DEVICE_KINDS)}"
-            + (" (an NVIDIA or AMD GPU is cuda)" if kind.lower() == "gpu" else "")
-        )
-    if index_text and not index_text.isdigit():
-        raise ConfigError(f"--policy.device: {requested!r} is not a device: expected {kind} or {kind}:<index>")
     counts = device_counts()
     if kind not in counts:
         have = ", ".join(k if k in ("cpu", "mps") else f"{k} x{n}" for k, n in counts.items())
