@@ -194,6 +194,18 @@ def test_changed_optimizer_settings_and_seed_apply_on_resume_and_are_listed(sour
     assert saved["optimizer"]["weight_decay"] == 0.5 and saved["seed"] == 7
 
 
+def test_a_resume_on_other_episodes_is_listed_and_never_called_exact(sources: dict[str, Path], root: Path) -> None:
+    """Another dataset (here a subset of its episodes) has another sample order: the resume goes on,
+    and its warning says so instead of 'exact'."""
+    nproc, flags = LAYOUTS["single"]
+    out = root / "other-episodes"
+    config = sources["single"] / "checkpoints" / "000004" / "pretrained_model" / "train_config.json"
+    printed = launch(nproc, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={out}", *flags, "--dataset.episodes=[0, 1]"])
+    warning = next(line for line in printed.splitlines() if line.startswith("warning: resuming"))
+    assert "dataset.episodes None -> [0, 1]" in warning and "not sample-exact (another dataset)" in warning, warning
+    assert json.loads((out / "checkpoints" / "000008" / "training_state" / "training_step.json").read_text())["step"] == 8
+
+
 def test_a_changed_optimizer_type_is_refused_before_anything_is_written(sources: dict[str, Path], root: Path) -> None:
     out = root / "changed-type"
     config = sources["single"] / "checkpoints" / "000004" / "pretrained_model" / "train_config.json"

@@ -110,6 +110,8 @@ def test_a_saved_position_wins_over_the_step_count():
     assert resume_position(13, 8, 8, 100, saved=(2, 40)) == (DataPosition(2, 5), True)
     assert resume_position(13, 8, 16, 100, saved=(2, 40)) == (DataPosition(2, 3), False)  # 40 -> 48: rounded up
     assert resume_position(13, 8, 16, 100, saved=(2, 96)) == (DataPosition(3, 0), False)  # past the last whole batch
+    # a position the dataset no longer has (fewer frames now, e.g. other --dataset.episodes): the next epoch
+    assert resume_position(13, 8, 8, 50, saved=(2, 80)) == (DataPosition(3, 0), False)
 
 
 def test_position_after_wraps_into_the_next_epochs():

@@ -33,7 +33,7 @@ from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingSt
 from ._optim import apply_hyperparameters
 from ._parallel.dist import DistContext, barrier
 from ._processors import save_processors
-from ._setup import broadcast_object
+from ._setup import broadcast_object, dataset_changes
 
 if TYPE_CHECKING:
     from ._adapters import BaseRecord
@@ -173,7 +173,7 @@ def load_state(run: Run, resume: Resume) -> None:
 
 def changed_settings(old: TrainingStep, new: TrainingStep, old_cfg: TrainConfig | None = None, new_cfg: TrainConfig | None = None) -> list[str]:
     """What differs from the checkpoint: the layout and batch (training_step.json) and, given
-    both configs, the optimizer, schedule and seed settings (the new values apply)."""
+    both configs, the optimizer, schedule and dataset settings (the new values apply)."""
     pairs: list[tuple[str, Any, Any]] = [
         ("batch_size", old.batch_size, new.batch_size),
         ("grad_accum", old.grad_accum, new.grad_accum),
@@ -185,7 +185,7 @@ def changed_settings(old: TrainingStep, new: TrainingStep, old_cfg: TrainConfig 
         ("seed", old.seed, new.seed),
     ]
     if old_cfg is not None and new_cfg is not None:
-        for group in ("optimizer", "scheduler"):
+        for group in ("optimizer", "scheduler", "dataset"):
             before, after = to_dict(getattr(old_cfg, group)), to_dict(getattr(new_cfg, group))
             pairs += [(f"{group}.{key}", before[key], after[key]) for key in after if key in before]
     return [f"{name} {a} -> {b}" for name, a, b in pairs if a != b]
@@ -200,6 +200,8 @@ def warn_changed_settings(run: Run, resume: Resume) -> None:
             exact = "exact"
         elif resume.training_step.seed != run.cfg.seed:
             exact = "not sample-exact (the data order follows --seed): continuing at the same epoch and offset in the new order"
+        elif dataset_changes(resume.saved_config.dataset, run.cfg.dataset):
+            exact = "not sample-exact (another dataset): continuing at the same epoch and offset of its order, or the next epoch"
         else:
             exact = "not sample-exact (batch_size x dp_world_size changed): continuing at the same epoch, next step boundary"
         print(f"warning: resuming {resume.step_dir} with changed settings: {', '.join(changes)}; data position {exact}", flush=True)

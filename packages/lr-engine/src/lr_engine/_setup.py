@@ -28,6 +28,7 @@ import torch.distributed as dist
 from lr_checkpoint import list_step_dirs
 from lr_config import (
     ConfigError,
+    DatasetConfig,
     ParallelismConfig,
     PolicyConfigBase,
     TrainConfig,
@@ -189,7 +190,15 @@ def _check_features_present(inputs: dict[str, Any], features: dict[str, Any], ro
         raise ConfigError(f"{root / 'meta' / 'info.json'}: the policy needs features {missing} that the dataset does not have")
 
 
-def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None) -> Data:
+def dataset_changes(old: DatasetConfig, new: DatasetConfig) -> list[str]:
+    """The dataset settings a resume changes that change the samples (the folder it is found in
+    may move with the machine: listed by changed_settings, but the same dataset)."""
+    return [f"dataset.{k} {getattr(old, k)} -> {getattr(new, k)}" for k in ("repo_id", "episodes") if getattr(old, k) != getattr(new, k)]
+
+
+def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None, saved_dataset: DatasetConfig | None = None) -> Data:
+    """The dataset, its loader and processors; on a resume, from the checkpoint's data position
+    (exact only with the same global batch, seed and dataset: `saved_dataset` is the checkpoint's)."""
     assert cfg.dataset.root is not None
     dataset = LeRobotDataset(cfg.dataset.root, episodes=cfg.dataset.episodes, action_horizon=policy_horizon(cfg))
     topo = ctx.topology
@@ -200,6 +209,7 @@ def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None)
         saved = None if resumed.epoch_offset is None else (resumed.epoch, resumed.epoch_offset)
         start, exact = resume_position(resumed.step, old_global, global_batch, len(dataset), saved)
         exact = exact and resumed.seed == cfg.seed  # the order of every epoch follows the seed
+        exact = exact and (saved_dataset is None or not dataset_changes(saved_dataset, cfg.dataset))
     sampler = GlobalOrderBatchSampler(
         len(dataset), seed=cfg.seed, batch_size=cfg.batch_size, dp_world_size=topo.dp_world_size, dp_rank=ctx.dp_rank, start=start
     )

@@ -124,7 +124,7 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     if resume is not None:
         checkpointing.check_steps_continue(cfg, resume.training_step.step)
     cfg = resolve_features(resolved_parallelism(cfg, ctx), ctx, resume.step_dir if resume else None)
-    data = build_data(cfg, ctx, resume.training_step if resume else None)
+    data = build_data(cfg, ctx, resume.training_step if resume else None, resume.saved_config.dataset if resume else None)
     policy = build_policy(cfg, ctx.device)
     base_record = checkpointing.adapter_base(cfg, ctx, resume)
     seed_everything(cfg.seed + 7919 * ctx.rank)

@@ -53,12 +53,12 @@ def resume_position(
         epoch, old_step = divmod(step, steps_per_epoch(num_samples, old_global_batch))
         saved = (epoch, old_step * old_global_batch)
     epoch, offset = saved
-    if old_global_batch == new_global_batch:
-        return DataPosition(epoch, offset // new_global_batch), True
-    new_step = -(-offset // new_global_batch)
+    exact = old_global_batch == new_global_batch
+    new_step = offset // new_global_batch if exact else -(-offset // new_global_batch)
     if new_step >= steps_per_epoch(num_samples, new_global_batch):
+        # past the last whole batch (with the same batch, only in a smaller dataset than the saved one's)
         return DataPosition(epoch + 1, 0), False
-    return DataPosition(epoch, new_step), False
+    return DataPosition(epoch, new_step), exact
 
 
 class GlobalOrderBatchSampler(torch.utils.data.Sampler[list[int]]):
