@@ -40,6 +40,8 @@ from ._configs import (
 from ._env_guard import ALLOW_ENV, check_accelerate_env, refused_accelerate_vars
 from ._errors import ConfigError, did_you_mean
 from ._files import (
+    ADAPTER_BASE_VERSION,
+    AdapterBase,
     CHECKSUMS_VERSION,
     FILES_VERSION,
     Checksums,
@@ -49,11 +51,13 @@ from ._files import (
     RunStatus,
     TrainingStep,
     holds_a_run,
+    load_adapter_base,
     load_checksums,
     load_run_status,
     load_training_step,
     parse_metrics_line,
     read_metrics,
+    save_adapter_base,
     save_checksums,
     save_run_status,
     save_training_step,
@@ -67,6 +71,8 @@ from ._topology import Topology, banner_line, effective_batch, resolve_topology
 from ._validate import DEVICE_KINDS, check_repo_id, device_problem, validate
 
 __all__ = [
+    "ADAPTER_BASE_VERSION",
+    "AdapterBase",
     "ALLOW_ENV",
     "CHECKPOINT_FORMATS",
     "DEMO_REPO_ID",
@@ -119,6 +125,7 @@ __all__ = [
     "format_help",
     "from_dict",
     "holds_a_run",
+    "load_adapter_base",
     "load_checksums",
     "load_policy_config",
     "load_json",
@@ -135,6 +142,7 @@ __all__ = [
     "resume_config_path",
     "resume_is_sample_exact",
     "resume_problems",
+    "save_adapter_base",
     "save_checksums",
     "save_json",
     "save_run_status",

@@ -6,6 +6,7 @@
 | `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step |
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
+| `adapter_base.json`   | `AdapterBase`  | engine (main rank), in a LoRA run's checkpoints and final model: the base its adapters belong to |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics` (`parse_metrics_line`
 for one line), which refuse unknown keys and versions, and missing fields (lr writes every
@@ -24,6 +25,8 @@ from ._serde import check_complete, from_dict, load_json, save_json, to_dict
 from ._topology import Topology
 
 __all__ = [
+    "ADAPTER_BASE_VERSION",
+    "AdapterBase",
     "CHECKSUMS_VERSION",
     "Checksums",
     "FILES_VERSION",
@@ -33,11 +36,13 @@ __all__ = [
     "TRAINING_STEP_VERSION",
     "TrainingStep",
     "holds_a_run",
+    "load_adapter_base",
     "load_checksums",
     "load_run_status",
     "load_training_step",
     "parse_metrics_line",
     "read_metrics",
+    "save_adapter_base",
     "save_checksums",
     "save_run_status",
     "save_training_step",
@@ -140,6 +145,35 @@ def _checksums_from_v1(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(files, dict):
         files = {name: {**entry, "crc32": ""} if isinstance(entry, dict) and "crc32" not in entry else entry for name, entry in files.items()}
     return {**data, "files": files, "version": 2}
+
+
+ADAPTER_BASE_VERSION = 1
+
+
+@dataclass
+class AdapterBase:
+    """The base model a LoRA folder's adapters were trained on (`adapter_base.json`): adapters
+    mean something only on that base, and a base path may come to hold other weights (another
+    run's `checkpoints/last/pretrained_model` moves on), so a resume compares `size` and `sha256`
+    with the base at --policy.path. Its own version (`ADAPTER_BASE_VERSION`)."""
+
+    version: int = ADAPTER_BASE_VERSION
+    base_model_name_or_path: str = ""
+    weights: str = "model.safetensors"
+    """The base's weights file the digest is of, relative to the base folder."""
+    size: int = 0
+    sha256: str = ""
+
+    def same_weights(self, other: AdapterBase) -> bool:
+        return (self.weights, self.size, self.sha256) == (other.weights, other.size, other.sha256)
+
+
+def save_adapter_base(path: Path, value: AdapterBase) -> None:
+    save_json(path, to_dict(value))
+
+
+def load_adapter_base(path: Path) -> AdapterBase:
+    return load_json(path, AdapterBase, current_version=ADAPTER_BASE_VERSION)
 
 
 def save_checksums(path: Path, value: Checksums) -> None:

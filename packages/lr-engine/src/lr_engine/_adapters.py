@@ -15,7 +15,7 @@ with `base_model_name_or_path`). `load_adapter_policy(dir)` rebuilds base + adap
 The adapters are only meaningful on the base they were trained on, and a base path may come
 to hold other weights (`<run>/checkpoints/last/pretrained_model` moves as that run goes on).
 So every adapter folder lr writes (checkpoints and the final model; not publish folders)
-also holds `adapter_base.json` (`BaseRecord`, version 1): the base's path, and the size and
+also holds `adapter_base.json` (`lr_config.AdapterBase`, version 1): the base's path, and the size and
 SHA-256 of its `model.safetensors`. A resume refuses a base whose weights differ from the
 record, naming --policy.path; a checkpoint saved before the record existed resumes with a
 warning. The SHA-256 is taken once per run, or read from `checksums.json` when the base is a
@@ -26,19 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from lr_config import ConfigError, TrainConfig, load_checksums, save_json
+from lr_config import AdapterBase, ConfigError, TrainConfig, load_adapter_base, load_checksums, save_adapter_base, save_json
 from safetensors import safe_open
 from torch import nn
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_BASE = "adapter_base.json"
-ADAPTER_BASE_VERSION = 1
 BASE_WEIGHTS = "model.safetensors"
 _LOW_PRECISION = {"BF16": "bfloat16", "F16": "float16"}
 
@@ -136,20 +134,6 @@ def load_adapter_policy(directory: Path) -> nn.Module:
     return model
 
 
-@dataclass(frozen=True)
-class BaseRecord:
-    """Which base an adapter folder's adapters were trained on: `adapter_base.json`."""
-
-    base_model_name_or_path: str
-    size: int
-    """Bytes of the base's model.safetensors."""
-    sha256: str
-    """SHA-256 (hex) of the base's model.safetensors: the identity compared on resume."""
-
-    def same_weights(self, other: BaseRecord) -> bool:
-        return (self.size, self.sha256) == (other.size, other.sha256)
-
-
 def _recorded_sha256(weights: Path, size: int) -> str:
     """The SHA-256 that the checkpoint holding `weights` (a step's pretrained_model/model.safetensors)
     recorded in its checksums.json when it was saved, or "" (not in a checkpoint, no record, or
@@ -165,7 +149,7 @@ def _recorded_sha256(weights: Path, size: int) -> str:
     return entry.sha256 if entry is not None and entry.size == size else ""
 
 
-def base_record(base: Path) -> BaseRecord:
+def base_record(base: Path) -> AdapterBase:
     """The identity of the base at `base` (--policy.path): its model.safetensors' size and SHA-256."""
     weights = Path(base) / BASE_WEIGHTS
     try:
@@ -176,31 +160,16 @@ def base_record(base: Path) -> BaseRecord:
                 sha256 = hashlib.file_digest(f, "sha256").hexdigest()
     except OSError as exc:
         raise ConfigError(f"--policy.path: {weights} cannot be read ({exc.strerror or exc}); LoRA needs the base model's weights") from None
-    return BaseRecord(base_model_name_or_path=str(base), size=size, sha256=sha256)
+    return AdapterBase(base_model_name_or_path=str(base), weights=BASE_WEIGHTS, size=size, sha256=sha256)
 
 
-def write_base_record(directory: Path, record: BaseRecord) -> None:
-    save_json(
-        Path(directory) / ADAPTER_BASE,
-        {"version": ADAPTER_BASE_VERSION, "base_model_name_or_path": record.base_model_name_or_path, "weights": BASE_WEIGHTS,
-         "size": record.size, "sha256": record.sha256},
-    )
+def write_base_record(directory: Path, record: AdapterBase) -> None:
+    save_adapter_base(Path(directory) / ADAPTER_BASE, record)
 
 
-def read_base_record(directory: Path) -> BaseRecord | None:
+def read_base_record(directory: Path) -> AdapterBase | None:
     """The base record of an adapter folder; None when it has none (saved before lr wrote one)."""
     path = Path(directory) / ADAPTER_BASE
     if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc}); the checkpoint is damaged") from None
-    if not isinstance(data, dict) or data.get("version") != ADAPTER_BASE_VERSION:
-        version = data.get("version") if isinstance(data, dict) else None
-        raise ConfigError(f"{path}: unsupported version {version!r}; expected {ADAPTER_BASE_VERSION}")
-    expected = {"version": int, "base_model_name_or_path": str, "weights": str, "size": int, "sha256": str}
-    wrong = [k for k, t in expected.items() if type(data.get(k)) is not t] + [k for k in data if k not in expected]
-    if wrong or data["weights"] != BASE_WEIGHTS:
-        raise ConfigError(f"{path}: unexpected or missing fields {sorted(wrong) or ['weights']}; the checkpoint is damaged")
-    return BaseRecord(base_model_name_or_path=data["base_model_name_or_path"], size=data["size"], sha256=data["sha256"])
+    return load_adapter_base(path)  # a damaged or unknown file: a ConfigError naming it

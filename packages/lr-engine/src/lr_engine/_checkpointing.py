@@ -36,7 +36,7 @@ from ._processors import save_processors
 from ._setup import broadcast_object, dataset_changes
 
 if TYPE_CHECKING:
-    from ._adapters import BaseRecord
+    from lr_config import AdapterBase
     from ._train import Run
 
 SCHEDULER_STATE_VERSION = 1
@@ -96,27 +96,27 @@ def restore_rng_or_warn(resume: Resume, ctx: DistContext) -> None:
         print(f"warning: {resume.step_dir} has no RNG state for rank {ctx.rank}; this rank keeps a fresh seed", flush=True)
 
 
-def adapter_base(cfg: TrainConfig, ctx: DistContext, resume: Resume | None) -> BaseRecord | None:
+def adapter_base(cfg: TrainConfig, ctx: DistContext, resume: Resume | None) -> AdapterBase | None:
     """LoRA: the identity of the base at --policy.path (None without PEFT), taken by the main rank
     (collective). On resume, a base whose weights differ from the ones the checkpoint's adapters
     were trained on is refused on every rank, naming --policy.path; a checkpoint saved before
     lr recorded its base resumes with a warning."""
     if cfg.peft.method_type is None:
         return None
-    outcome: tuple[BaseRecord | None, str] | None = None
+    outcome: tuple[AdapterBase | None, str] | None = None
     if ctx.is_main:
         try:
             outcome = (_checked_base(cfg, resume), "")
         except ConfigError as exc:
             outcome = (None, str(exc))
-    record: BaseRecord | None
+    record: AdapterBase | None
     record, problem = broadcast_object(outcome, ctx)
     if problem:
         raise ConfigError(problem)
     return record
 
 
-def _checked_base(cfg: TrainConfig, resume: Resume | None) -> BaseRecord:
+def _checked_base(cfg: TrainConfig, resume: Resume | None) -> AdapterBase:
     from ._adapters import ADAPTER_BASE, base_record, read_base_record
 
     assert cfg.policy.path is not None

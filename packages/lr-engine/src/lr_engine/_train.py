@@ -56,7 +56,7 @@ from ._setup import (
 )
 
 if TYPE_CHECKING:
-    from ._adapters import BaseRecord
+    from lr_config import AdapterBase
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Run:
     stopped: bool = False
     grad_norm: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
     status: RunStatus = field(default_factory=RunStatus)
-    base_record: BaseRecord | None = None
+    base_record: AdapterBase | None = None
     """LoRA: the base the adapters train on (recorded in each adapter folder)."""
     resumed_into_own_folder: bool = False
 
