@@ -202,7 +202,7 @@ def test_a_resume_on_other_episodes_is_listed_and_never_called_exact(sources: di
     config = sources["single"] / "checkpoints" / "000004" / "pretrained_model" / "train_config.json"
     printed = launch(nproc, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={out}", *flags, "--dataset.episodes=[0, 1]"])
     warning = next(line for line in printed.splitlines() if line.startswith("warning: resuming"))
-    assert "dataset.episodes None -> [0, 1]" in warning and "not sample-exact (another dataset)" in warning, warning
+    assert "dataset.episodes None -> [0, 1]" in warning and "not sample-exact (another dataset, or its folder moved)" in warning, warning
     assert json.loads((out / "checkpoints" / "000008" / "training_state" / "training_step.json").read_text())["step"] == 8
 
 

@@ -551,3 +551,39 @@ def test_a_new_dataset_over_a_config_file_is_looked_up_again_with_its_own_featur
     assert kept.policy.input_features == features and kept.policy.output_features is None
     for cfg in (moved, rooted, kept):  # the launch flags rebuild it
         assert parse_train_config(config_to_flags(cfg)) == cfg
+
+
+def test_a_config_file_with_a_policy_path_keeps_its_policy_overrides_when_the_path_is_given_again(tmp_path: Path) -> None:
+    """The TUI fills the 'policy path' field from the file and gives it as a flag: the same path
+    must not start the policy settings over from the base's config.json."""
+    base = _saved_policy(tmp_path / "base", ACTConfig(dim_model=32, n_heads=2, dropout=0.0))
+    save_json(tmp_path / "ft.json", to_dict(parse_train_config([f"--policy.path={base}", "--policy.dropout=0.3"])))
+    again = parse_train_config([f"--config_path={tmp_path / 'ft.json'}", f"--policy.path={base}"])
+    assert isinstance(again.policy, ACTConfig) and again.policy.dropout == 0.3
+    other = _saved_policy(tmp_path / "other", ACTConfig(dim_model=32, n_heads=2, dropout=0.0))
+    assert parse_train_config([f"--config_path={tmp_path / 'ft.json'}", f"--policy.path={other}"]).policy.dropout == 0.0
+
+
+def test_a_resume_from_a_moved_dataset_folder_keeps_the_checkpoints_features(tmp_path: Path) -> None:
+    features = {"observation.state": FeatureSpec("STATE", [2])}
+    saved = parse_train_config([f"--dataset.root={tmp_path / 'old'}", "--policy.type=mlp", f"--output_dir={tmp_path / 'run'}"])
+    saved.policy.input_features, saved.policy.output_features = features, {"action": FeatureSpec("ACTION", [2])}
+    step = tmp_path / "run" / "checkpoints" / "000004"
+    save_json(step / "pretrained_model" / "train_config.json", to_dict(saved))
+    cfg = parse_train_config(["--resume=true", f"--config_path={step}", f"--dataset.root={tmp_path / 'moved'}"])
+    assert cfg.dataset.root == tmp_path / "moved" and cfg.policy.input_features == features
+    assert parse_train_config(config_to_flags(cfg)) == cfg
+
+
+def test_a_preset_named_like_another_lr_file_still_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    save_json(tmp_path / "config.json", to_dict(parse_train_config(["--steps=50"])))
+    assert parse_train_config(["--config_path=config.json"]).steps == 50
+
+
+def test_dot_inside_the_checkpoints_folder_means_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _a_run(tmp_path / "run")
+    monkeypatch.chdir(run / "checkpoints")
+    for dot in (".", "./"):
+        cfg = parse_train_config(["--resume=true", f"--config_path={dot}"])
+        assert cfg.steps == 40 and cfg.output_dir == run

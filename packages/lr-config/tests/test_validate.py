@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lr_config import ACTConfig, ConfigError, TrainConfig, check_repo_id, parse_train_config, policy_config_dict, save_json, validate
+from lr_config import ACTConfig, ConfigError, TrainConfig, check_repo_id, parse_train_config, policy_config_dict, save_json, to_dict, validate
 
 
 def problems(argv: list[str], world_size: int | None = None, nnodes: int = 1) -> list[str]:
@@ -269,3 +269,16 @@ def test_every_problem_is_reported_at_once() -> None:
 def test_validate_returns_the_resolved_topology() -> None:
     topo = validate(parse_train_config(["--parallelism.dp_shard=-1"]), world_size=4)
     assert topo is not None and topo.layout == "fsdp2" and topo.dp_shard == 4
+
+
+def test_fsdp_settings_a_sharded_runs_file_holds_pass_on_a_resume_onto_one_process(tmp_path) -> None:
+    """A resume onto another layout asks for it with both degrees; the checkpoint's own FSDP
+    settings stay in its config (for a later sharded resume), while one typed now is refused."""
+    run = tmp_path / "run"
+    step = run / "checkpoints" / "000004" / "pretrained_model"
+    saved = parse_train_config(["--parallelism.dp_shard=2", '--accelerator.fsdp.wrap_modules=["ACTEncoderLayer"]', f"--output_dir={run}"])
+    save_json(step / "train_config.json", to_dict(saved))
+    single = ["--resume=true", f"--config_path={step.parent}", "--parallelism.dp_replicate=1", "--parallelism.dp_shard=1"]
+    assert validate(parse_train_config(single), world_size=1) is not None
+    with pytest.raises(ConfigError, match=r"--accelerator.fsdp.cpu_offload=true only apply to a sharded run.*set them back \(--accelerator.fsdp.cpu_offload=false\)"):
+        validate(parse_train_config([*single, "--accelerator.fsdp.cpu_offload=true"]), world_size=1)

@@ -185,6 +185,7 @@ _NOT_A_TRAIN_CONFIG = {
     "run.json": "a run's status file",
     "checksums.json": "a checkpoint's checksums",
     "adapter_config.json": "the LoRA adapter's config",
+    "adapter_base.json": "the LoRA adapter's record of its base model",
     "metrics.jsonl": "a run's metrics",
 }
 """Files lr writes beside a train_config.json, which `--config_path` may name by mistake."""
@@ -211,7 +212,7 @@ def _config_file(config_path: str, *, resume: bool = False) -> Path:
             "pass one of the checkpoint folders next to it"
         )
     if path.is_dir():
-        if path.name == "checkpoints" and not (path / "train_config.json").exists():
+        if Path(os.path.abspath(path)).name == "checkpoints" and not (path / "train_config.json").exists():  # `.` in there too
             return _last_checkpoint(path, config_path)
         if resume and (path / "checkpoints").is_dir():  # a run folder: its own train_config.json is no checkpoint
             return _last_checkpoint(path / "checkpoints", config_path)
@@ -226,18 +227,27 @@ def _config_file(config_path: str, *, resume: bool = False) -> Path:
         return found
     if not path.exists():
         raise ConfigError(f"--config_path: {config_path} does not exist (expected a train_config.json or a checkpoint folder)")
-    if path.name in _NOT_A_TRAIN_CONFIG:
-        beside = path.parent / "train_config.json"
-        instead = f"pass {beside}" if beside.exists() else "pass a train_config.json"
-        raise ConfigError(f"--config_path: {config_path} is {_NOT_A_TRAIN_CONFIG[path.name]}, not a train_config.json; {instead} or a checkpoint folder")
     return path
+
+
+def _load_config_file(path: Path, config_path: str) -> TrainConfig:
+    """The TrainConfig in `path`; a file that is not one, under the name of another file lr
+    writes (a preset may be called config.json and load fine), is named for what it is."""
+    try:
+        return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    except ConfigError:
+        if path.name not in _NOT_A_TRAIN_CONFIG:
+            raise
+    beside = path.parent / "train_config.json"
+    instead = f"pass {beside}" if beside.exists() else "pass a train_config.json"
+    raise ConfigError(f"--config_path: {config_path} is {_NOT_A_TRAIN_CONFIG[path.name]}, not a train_config.json; {instead} or a checkpoint folder")
 
 
 def _base_dict(config_path: str | None, *, resume: bool = False) -> dict[str, Any]:
     if config_path is None:
         return to_dict(TrainConfig())
     path = _config_file(config_path, resume=resume)
-    cfg = load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    cfg = _load_config_file(path, config_path)
     data = to_dict(cfg)
     data["config_path"] = str(path)
     # resuming, a dry run and its process count are requests made by this command, not settings
@@ -270,6 +280,8 @@ def _start_from_policy_path(base: dict[str, Any], flags: dict[str, str]) -> None
     type included), before the other `--policy.*` flags are merged over it."""
     if flags["policy.path"].strip() in ("", "null", "None"):
         return
+    if base["policy"].get("path") == flags["policy.path"]:
+        return  # the file's policy settings already started from this path (config_to_flags gives it so)
     saved = load_policy_config(Path(flags["policy.path"]))
     if "policy.type" in flags and flags["policy.type"] != saved.type_name:
         raise ConfigError(
@@ -321,12 +333,12 @@ def _follow_a_new_dataset(base: dict[str, Any], flags: dict[str, str], before: t
     """A file's dataset settings hold the folder the run found its dataset in (`root`) and the
     policy's features read from it: a new `--dataset.repo_id` must not train on the old folder,
     and a new dataset gives the policy its own features, unless flags (or --policy.path's
-    saved policy) set them."""
+    saved policy, or the checkpoint a resume continues) set them."""
     dataset = base["dataset"]
     if "dataset.repo_id" in flags and "dataset.root" not in flags and dataset["repo_id"] != before[0]:
         dataset["root"] = None
-    if (dataset["repo_id"], dataset["root"]) == before or base["policy"].get("path") not in (None, ""):
-        return
+    if (dataset["repo_id"], dataset["root"]) == before or base["policy"].get("path") not in (None, "") or base.get("resume") is True:
+        return  # a resume keeps the features its checkpoint's weights were built for
     for name in ("input_features", "output_features"):
         if not any(flag == f"policy.{name}" or flag.startswith(f"policy.{name}.") for flag in flags):
             base["policy"][name] = None

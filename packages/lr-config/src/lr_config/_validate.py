@@ -15,6 +15,7 @@ from typing import Any
 
 from ._configs import TRAIN_CONFIG_VERSION, ACTConfig, FSDPConfig, TrainConfig
 from ._errors import ConfigError, did_you_mean
+from ._serde import load_json
 from ._topology import Topology, _check_degrees, resolve_topology
 
 __all__ = ["DEVICE_KINDS", "check_repo_id", "device_problem", "validate"]
@@ -189,20 +190,32 @@ def _run_rules(cfg: TrainConfig) -> list[str]:
     return p
 
 
+def _file_fsdp(cfg: TrainConfig) -> FSDPConfig:
+    """The FSDP settings of `cfg`'s --config_path file (the defaults without one, or when it
+    cannot be read: the parser read it, so that only happens to a file changed since)."""
+    if cfg.config_path is None:
+        return FSDPConfig()
+    try:
+        return load_json(cfg.config_path, TrainConfig, current_version=TRAIN_CONFIG_VERSION).accelerator.fsdp
+    except (ConfigError, OSError):
+        return FSDPConfig()
+
+
 def _changed_fsdp_settings(cfg: TrainConfig) -> list[tuple[str, str]]:
-    """The `--accelerator.fsdp.*` settings that differ from their defaults, as (flag, the flag
-    that puts it back)."""
+    """The `--accelerator.fsdp.*` settings given for this run: those that differ from the
+    --config_path file's (a sharded run's file keeps its own through a resume onto one process,
+    for the next sharded resume) or from the defaults, as (flag, the flag that puts it back)."""
     changed: list[tuple[str, str]] = []
 
-    def walk(value: Any, default: Any, prefix: str) -> None:
+    def walk(value: Any, file: Any, default: Any, prefix: str) -> None:
         for f in dataclasses.fields(value):
-            mine, theirs = getattr(value, f.name), getattr(default, f.name)
+            mine, theirs, plain = getattr(value, f.name), getattr(file, f.name), getattr(default, f.name)
             if dataclasses.is_dataclass(mine) and not isinstance(mine, type):
-                walk(mine, theirs, f"{prefix}.{f.name}")
-            elif mine != theirs:
+                walk(mine, theirs, plain, f"{prefix}.{f.name}")
+            elif mine != theirs and mine != plain:
                 changed.append((f"--{prefix}.{f.name}={json.dumps(mine)}", f"--{prefix}.{f.name}={json.dumps(theirs)}"))
 
-    walk(cfg.accelerator.fsdp, FSDPConfig(), "accelerator.fsdp")
+    walk(cfg.accelerator.fsdp, _file_fsdp(cfg), FSDPConfig(), "accelerator.fsdp")
     return changed
 
 
@@ -213,7 +226,7 @@ def _topology_rules(cfg: TrainConfig, topo: Topology) -> list[str]:
             f"--checkpoint_format={cfg.checkpoint_format} needs a sharded run (dp_shard > 1); "
             f"this run is {topo.describe()}: use --checkpoint_format=safetensors"
         )
-    fsdp = _changed_fsdp_settings(cfg) if not topo.sharded else []
+    fsdp = _changed_fsdp_settings(cfg) if not topo.sharded and cfg.accelerator.fsdp != FSDPConfig() else []
     if fsdp:
         # accelerate ignores its FSDP plugin in such a run and trains plain DDP without a word;
         # lr refuses instead (ARCHITECTURE.md: a layout never silently becomes another)

@@ -201,7 +201,8 @@ def warn_changed_settings(run: Run, resume: Resume) -> None:
         elif resume.training_step.seed != run.cfg.seed:
             exact = "not sample-exact (the data order follows --seed): continuing at the same epoch and offset in the new order"
         elif dataset_changes(resume.saved_config.dataset, run.cfg.dataset):
-            exact = "not sample-exact (another dataset): continuing at the same epoch and offset of its order, or the next epoch"
+            exact = ("not sample-exact (another dataset, or its folder moved): continuing at the same epoch and offset of its "
+                     "order, or the next epoch")
         else:
             exact = "not sample-exact (batch_size x dp_world_size changed): continuing at the same epoch, next step boundary"
         print(f"warning: resuming {resume.step_dir} with changed settings: {', '.join(changes)}; data position {exact}", flush=True)

@@ -191,9 +191,10 @@ def _check_features_present(inputs: dict[str, Any], features: dict[str, Any], ro
 
 
 def dataset_changes(old: DatasetConfig, new: DatasetConfig) -> list[str]:
-    """The dataset settings a resume changes that change the samples (the folder it is found in
-    may move with the machine: listed by changed_settings, but the same dataset)."""
-    return [f"dataset.{k} {getattr(old, k)} -> {getattr(new, k)}" for k in ("repo_id", "episodes") if getattr(old, k) != getattr(new, k)]
+    """The dataset settings a resume changes. Another folder may hold the same dataset (moved
+    with the run) or another one: lr cannot tell, so it is never called sample-exact either."""
+    keys = ("repo_id", "root", "episodes")
+    return [f"dataset.{k} {getattr(old, k)} -> {getattr(new, k)}" for k in keys if getattr(old, k) != getattr(new, k)]
 
 
 def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None, saved_dataset: DatasetConfig | None = None) -> Data:
