@@ -204,3 +204,39 @@ def test_half_typed_flags_never_raise():
     for extra in ("--policy", "--policy=1", "--optimizer=3", "--", "--=", "-x"):
         plan = evaluate(_values(extra=extra))
         assert plan.problems["extra"], extra
+
+
+def test_a_filled_form_keeps_the_files_policy_settings_and_drops_its_dataset_folder_for_a_new_id(tmp_path):
+    """Filled fields that hold the file's values are not given as flags, so the parser's rules
+    over a file apply: the same policy path keeps the file's policy overrides, and a new dataset
+    id is looked up again instead of training on the folder the file saved."""
+    from lr_config import ACTConfig, policy_config_dict, save_json, to_dict
+
+    base = tmp_path / "base"
+    save_json(base / "config.json", policy_config_dict(ACTConfig(dim_model=32, n_heads=2, dropout=0.0)))
+    saved = parse_train_config([f"--policy.path={base}", "--policy.dropout=0.3", f"--dataset.root={tmp_path / 'data'}"])
+    save_json(tmp_path / "ft.json", to_dict(saved))
+    values = _values(extra=f"--config_path={tmp_path / 'ft.json'}")
+    source = config_file(values)
+    assert source is not None
+    filled = filled_from_file(values, source)
+    assert filled["policy_path"] == str(base) and filled["dataset_root"] == str(tmp_path / "data")
+    plan = evaluate(filled)
+    assert plan.cfg is not None and plan.cfg.policy.dropout == 0.3 and plan.notes == []
+    moved = evaluate({**filled, "dataset_repo_id": "me/other"})
+    assert moved.cfg is not None and (moved.cfg.dataset.repo_id, moved.cfg.dataset.root) == ("me/other", None)
+    assert "--dataset.root=null" in moved.preview and str(tmp_path / "data") not in moved.preview
+
+
+def test_a_resume_in_the_form_is_checked_against_its_checkpoints_step(tmp_path):
+    """As the engine would refuse it at start-up (and the Monitor's resume command does)."""
+    run = Path(shutil.copytree(SAMPLE_RUN, tmp_path / "run"))
+    values = _values(nproc_per_node="2", extra=f"--config_path={run}/checkpoints/000200 --resume=true")
+    source = config_file(values)
+    assert source is not None
+    filled = filled_from_file(values, source)
+    assert evaluate(filled).ok
+    plan = evaluate({**filled, "steps": "200"})
+    assert plan.problems["steps"] == ["--steps: the checkpoint is at step 200; pass --steps > 200 to continue"]
+    plan = evaluate({**filled, "grad_accum": "3", "extra": values["extra"] + " --save_freq=3"})
+    assert plan.problems["grad_accum"][0].startswith("--accelerator.gradient_accumulation.steps: the checkpoint is at step 200, which is not a multiple of 3")

@@ -258,6 +258,48 @@ async def test_slurm_run_never_overwrites_a_script_and_writes_it_whole(tmp_path,
         assert sorted(p.name for p in script.parent.iterdir()) == ["logs", "train.slurm"]  # no temp file left
 
 
+async def test_a_slurm_resume_writes_its_own_script_beside_the_runs(tmp_path, monkeypatch):
+    """A resume continues in the run folder, which holds the script of the first launch: the
+    resume's is named for its checkpoint, and that one is never written over either."""
+    monkeypatch.chdir(tmp_path)
+    run = Path(shutil.copytree(SAMPLE_RUN, tmp_path / "run"))
+    (run / "train.slurm").write_text("#!/bin/bash\n# the first launch\n")
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        view = app.query_one(LaunchView)
+        view.rows["launcher"].set_value("slurm")
+        await type_into(pilot, "nproc_per_node", "2")
+        await type_into(pilot, "extra", f"--config_path={run}/checkpoints/last --resume=true")
+        await pilot.pause()
+        assert view.plan.ok and view.plan.cfg is not None and view.plan.cfg.output_dir == run, view.plan.problems
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        resumed = run / "train.resume-000200.slurm"
+        assert notices(app)[-1] == f"Saved {resumed}. Submit it with: sbatch {resumed}"
+        assert resumed.read_text() == panel_text(app, "#preview") and "--resume=true" in resumed.read_text()
+        assert (run / "train.slurm").read_text() == "#!/bin/bash\n# the first launch\n"
+        app.clear_notifications()
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert notices(app, "error") == [f"Not saved: {resumed} already exists (it may hold your edits). Remove it, or choose another output dir."]
+
+
+async def test_loading_a_preset_never_reads_a_dry_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_json(tmp_path / "plan.json", to_dict(parse_train_config(["--dry_run=true", "--world_size=8", "--steps=77"])))
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        view = app.query_one(LaunchView)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("ctrl+a", "ctrl+k", *"plan.json", "enter")
+        await pilot.pause()
+        assert view.rows["steps"].value == "77" and view.rows["extra"].value == ""
+        assert view.plan.cfg is not None and (view.plan.cfg.dry_run, view.plan.cfg.world_size) == (False, None)
+
+
 async def test_presets_save_and_load_a_train_config_json(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     preset = tmp_path / "p.json"

@@ -29,8 +29,10 @@ from lr_config import (
     config_to_flags,
     effective_batch,
     format_command,
+    load_training_step,
     parse_train_config,
     resolve_topology,
+    resume_problems,
     split_flags,
     to_dict,
     validate,
@@ -331,7 +333,18 @@ def _spec(values: dict[str, str], plan: LaunchPlan) -> LaunchSpec | None:
 
 
 def _train_flags(values: dict[str, str], plan: LaunchPlan) -> list[str] | None:
-    flags = [f"--{f.flag}={values[f.key].strip()}" for f in FIELDS if f.flag and values.get(f.key, "").strip()]
+    """The train flags of the fields and "more flags". Over a `--config_path` file, a field that
+    holds the file's value is not given: the parser's rules for what a file's settings become
+    (a new dataset id drops the saved dataset folder, a policy path restarts the policy
+    settings) then apply as they do on the command line. The output dir is always given: for a
+    resume it is where the run continues, which the parser takes only from the flag."""
+    source = config_file(values)
+    from_file = _setting_values(source.cfg) if source is not None else {}
+    flags = [
+        f"--{f.flag}={value}"
+        for f in FIELDS
+        if f.flag and (value := values.get(f.key, "").strip()) and (f.key == "output_dir" or value != from_file.get(f.key, "").strip())
+    ]
     try:
         extra = shlex.split(values.get("extra", ""))
         extra_paths = split_flags(extra)
@@ -370,6 +383,19 @@ def _build(plan: LaunchPlan, spec: LaunchSpec, cfg: TrainConfig) -> None:
         plan.add(exc.problems)
 
 
+def _resume_problems(cfg: TrainConfig) -> list[str]:
+    """Why the checkpoint a resume names cannot go on as `cfg` says (lr_config.resume_problems:
+    no steps left, a partial first update), as the engine would refuse it at start-up."""
+    if cfg.config_path is None:
+        return []
+    step_dir = Path(cfg.config_path).parent.parent  # <step>/pretrained_model/train_config.json
+    try:
+        saved = load_training_step(step_dir / "training_state" / "training_step.json")
+    except ConfigError as exc:
+        return exc.problems
+    return resume_problems(saved.step, cfg)
+
+
 def _resolved(spec: LaunchSpec, cfg: TrainConfig) -> Topology | None:
     try:
         return resolve_topology(cfg.parallelism, spec.world_size, spec.nnodes)
@@ -386,6 +412,8 @@ def evaluate(values: dict[str, str]) -> LaunchPlan:
     if plan.cfg is None:
         return plan
     plan.notes = _overrides(values, plan.cfg)
+    if plan.cfg.resume:
+        plan.add(_resume_problems(plan.cfg))
     if plan.spec is None:
         try:
             validate(plan.cfg)

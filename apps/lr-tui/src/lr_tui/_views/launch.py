@@ -39,6 +39,7 @@ from lr_config import (
     TrainConfig,
     holds_a_run,
     load_json,
+    load_training_step,
     save_json,
     to_dict,
 )
@@ -68,6 +69,19 @@ PlanRunner = Callable[[list[str]], Awaitable[tuple[int, str]]]
 """Runs a dry-run argv; returns (exit code, output)."""
 
 SLURM_SCRIPT = "train.slurm"
+
+
+def slurm_script_name(cfg: TrainConfig) -> str:
+    """`train.slurm` for a new run; a resume continues in the run folder, which has one already
+    (never written over): `train.resume-<step>.slurm`, named for the checkpoint it resumes."""
+    if not cfg.resume or cfg.config_path is None:
+        return SLURM_SCRIPT
+    step_dir = Path(cfg.config_path).parent.parent  # <step>/pretrained_model/train_config.json
+    try:
+        step = f"{load_training_step(step_dir / 'training_state' / 'training_step.json').step:06d}"
+    except ConfigError:  # the plan refused such a checkpoint already; a name all the same
+        step = step_dir.resolve().name
+    return f"train.resume-{step}.slurm"
 
 
 async def run_plan(argv: list[str]) -> tuple[int, str]:
@@ -253,7 +267,7 @@ class LaunchView(Horizontal):
             self.notify(problem, severity="error", timeout=10)
             return
         if plan.mode == "slurm":
-            path = output_dir / SLURM_SCRIPT
+            path = output_dir / slurm_script_name(plan.cfg)
             try:
                 self._write_slurm_script(plan.preview, path)
             except FileExistsError:
@@ -330,9 +344,9 @@ class LaunchView(Horizontal):
                 return
             try:
                 cfg = load_json(Path(path), TrainConfig, current_version=TRAIN_CONFIG_VERSION)
-                # resume is a request of a command, never read from a file; and the file holds
+                # resume and a dry run are requests of a command, never read from a file; and the file holds
                 # every setting resolved, so the form needs no older file it was built on
-                cfg = replace(cfg, resume=False, config_path=None)
+                cfg = replace(cfg, resume=False, config_path=None, dry_run=False, world_size=None)
                 # rebuilding the flags reads --policy.path's config.json, which may be gone
                 values = values_from_config(cfg, self.plan.spec or LaunchSpec(), self.plan.mode)
             except ConfigError as exc:
