@@ -29,7 +29,11 @@ def test_this_hosts_proc_gives_cpu_and_ram():
     source = HostHardware()
     first = source.sample()
     assert first.cpu_percent is None  # a share needs two readings
-    sum(i * i for i in range(200_000))
+    # work until the kernel's CPU counters have moved on (a tick is 10 ms at 100 Hz; a fast loop
+    # could end within one, and a share over no time is None by design)
+    seen = parse_proc_stat(Path("/proc/stat").read_text())[1]  # at or after the first sample's reading
+    while parse_proc_stat(Path("/proc/stat").read_text())[1] <= seen:
+        sum(i * i for i in range(20_000))
     second = source.sample()
     assert second.cpu_percent is not None and 0 <= second.cpu_percent <= 100
     assert second.gpus or second.gpu_note
