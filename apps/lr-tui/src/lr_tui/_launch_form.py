@@ -271,10 +271,9 @@ def filled_from_file(values: dict[str, str], source: ConfigFile) -> dict[str, st
     return filled
 
 
-def _overrides(values: dict[str, str], cfg: TrainConfig) -> list[str]:
+def _overrides(values: dict[str, str], cfg: TrainConfig, source: ConfigFile | None) -> list[str]:
     """`overrides FILE: --batch_size=32 (file: 8), ...`: the fields that override the
-    `--config_path` file of "more flags" (every filled-in field is emitted as a flag)."""
-    source = config_file(values)
+    `--config_path` file of "more flags" (`source`)."""
     if source is None:
         return []
     mine, theirs = _flat(to_dict(cfg)), _flat(to_dict(source.cfg))
@@ -332,13 +331,12 @@ def _spec(values: dict[str, str], plan: LaunchPlan) -> LaunchSpec | None:
     return spec
 
 
-def _train_flags(values: dict[str, str], plan: LaunchPlan) -> list[str] | None:
+def _train_flags(values: dict[str, str], plan: LaunchPlan, source: ConfigFile | None) -> list[str] | None:
     """The train flags of the fields and "more flags". Over a `--config_path` file, a field that
     holds the file's value is not given: the parser's rules for what a file's settings become
     (a new dataset id drops the saved dataset folder, a policy path restarts the policy
     settings) then apply as they do on the command line. The output dir is always given: for a
     resume it is where the run continues, which the parser takes only from the flag."""
-    source = config_file(values)
     from_file = _setting_values(source.cfg) if source is not None else {}
     flags = [
         f"--{f.flag}={value}"
@@ -407,11 +405,12 @@ def evaluate(values: dict[str, str]) -> LaunchPlan:
     """What the form values mean (see the module docstring). Never raises."""
     plan = LaunchPlan(mode=values.get("launcher", "torchrun"))
     plan.spec = _spec(values, plan)
-    flags = _train_flags(values, plan)
+    source = config_file(values)  # parsed once: the flags and the notes both compare with it
+    flags = _train_flags(values, plan, source)
     plan.cfg = _config(flags, plan) if flags is not None else None
     if plan.cfg is None:
         return plan
-    plan.notes = _overrides(values, plan.cfg)
+    plan.notes = _overrides(values, plan.cfg, source)
     if plan.cfg.resume:
         plan.add(_resume_problems(plan.cfg))
     if plan.spec is None:
