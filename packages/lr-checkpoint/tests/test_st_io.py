@@ -128,7 +128,8 @@ def test_the_reader_fills_fitting_tensors_in_place(tmp_path: Path) -> None:
 def test_the_direct_dcp_reader_matches_dcp_own_reader(tmp_path: Path) -> None:
     """Resume's DCP reader reads stored tensor bytes straight into their destination; what it
     loads equals what DCP's own reader loads, for every dtype, a view with a storage offset,
-    a transposed tensor (DCP's path), and a destination of another dtype (copied)."""
+    a transposed tensor (DCP's path), a destination of another dtype (copied), and archives
+    small enough to be read whole with their first bytes and bigger ones."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
@@ -143,6 +144,10 @@ def test_the_direct_dcp_reader_matches_dcp_own_reader(tmp_path: Path) -> None:
         "transposed": torch.randn(3, 4).t(),
         "ints": torch.arange(7),
         "bools": torch.tensor([True, False]),
+        # archives over 4 KiB: read front to back (the tensor's bytes, then the directory)
+        "big": torch.randn(64, 40),
+        "big bf16": torch.randn(50, 70).to(torch.bfloat16),
+        "big view": torch.arange(9000, dtype=torch.float32)[2000:5000].view(60, 50),
     }
     with pytest.warns(UserWarning, match="torch.distributed"):
         dcp.save(state, storage_writer=FileSystemWriter(tmp_path), no_dist=True)

@@ -1,6 +1,7 @@
 """`_torch_save.locate`, lr's own parse of a `torch.save` archive (a zip file), against the
 stdlib's `zipfile` reading the same bytes, on archives torch writes, on their zip64 form,
-and on damaged ones (never an exception, never a range outside the item)."""
+and on damaged ones (never an exception, never a range outside the item); and
+`read_stored`, which reads an archive front to back and must agree with `locate`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lr_checkpoint._torch_save import Stored, locate
+from lr_checkpoint._torch_save import _EDGE, Stored, _guess, locate, read_stored
 
 PREFIX = 7  # the item starts at this offset of its file, as DCP items after the first do
 
@@ -150,3 +151,119 @@ def test_a_damaged_archive_never_raises_and_never_points_outside_the_item(tmp_pa
     found = locate_bytes(tmp_path_factory.mktemp("fuzz"), bytes(damaged))
     if found is not None:
         assert PREFIX <= found.start and found.start + found.nbytes <= PREFIX + len(damaged)
+
+
+def read_stored_bytes(tmp_path: Path, archive: bytes) -> tuple[Stored | None, bytes]:
+    """`read_stored` on `archive` at PREFIX of a file, into a fresh buffer; (where, what it read)."""
+    path = tmp_path / "item.distcp"
+    path.write_bytes(b"\xaa" * PREFIX + archive + b"\xbb" * 9)
+    buffers: list[bytearray] = []
+
+    def buffer_for(stored: Stored) -> memoryview:
+        buffers.append(bytearray(b"\xee" * stored.nbytes))  # not zeros: a read that misses shows
+        return memoryview(buffers[-1])
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        found = read_stored(fd, PREFIX, len(archive), buffer_for)
+    finally:
+        os.close(fd)
+    return found, bytes(buffers[-1]) if buffers else b""
+
+
+BIG = {
+    **TENSORS,
+    "f32 over the edge": torch.randn(40, 50),
+    "bf16 over the edge": torch.randn(3000).to(torch.bfloat16),
+    "offset view of a big storage": torch.arange(6000, dtype=torch.float32)[1500:4500].view(50, 60),
+    "big i64": torch.arange(2000),
+}
+
+
+@pytest.mark.parametrize("name", list(BIG))
+def test_read_stored_reads_what_locate_finds(tmp_path: Path, name: str) -> None:
+    tensor = BIG[name]
+    archive = archive_of(tensor)
+    found, data = read_stored_bytes(tmp_path, archive)
+    assert found is not None and found == locate_bytes(tmp_path, archive)
+    assert data == tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    if len(archive) > _EDGE:  # read front to back: the guess from the first bytes was right
+        assert _guess(archive[:_EDGE], PREFIX) == found
+    if name.endswith("over the edge"):
+        assert len(archive) > _EDGE
+
+
+def test_read_stored_follows_the_directory_when_the_first_bytes_mislead(tmp_path: Path) -> None:
+    """A stored zip (sizes in its local headers) whose first record named data/0 is a decoy: the
+    directory's last entry of that name is the one that counts (as for zipfile). The guess
+    from the first bytes picks the decoy; the directory overrules it and the right bytes are read."""
+    tensor = torch.arange(3000, dtype=torch.float32)
+    genuine = archive_of(tensor)
+    with zipfile.ZipFile(io.BytesIO(genuine)) as z:
+        records = {i.filename.partition("/")[2]: z.read(i) for i in z.infolist()}
+    blob = io.BytesIO()
+    with zipfile.ZipFile(blob, "w", zipfile.ZIP_STORED) as z, pytest.warns(UserWarning, match="Duplicate name"):
+        z.writestr("archive/data.pkl", records["data.pkl"])
+        z.writestr("archive/byteorder", b"little")
+        z.writestr("archive/data/0", b"\x00" * len(records["data/0"]))  # the decoy
+        z.writestr("archive/data/0", records["data/0"])
+    archive = blob.getvalue()
+    assert len(archive) > _EDGE
+    found, data = read_stored_bytes(tmp_path, archive)
+    decoy = _guess(archive[:_EDGE], PREFIX)
+    assert decoy is not None and decoy != found
+    assert found is not None and found == locate_bytes(tmp_path, archive)
+    assert data == records["data/0"]
+    assert found.start == PREFIX + archive.rindex(records["data/0"][:64])
+
+
+def test_read_stored_refuses_an_archive_whose_directory_disagrees(tmp_path: Path) -> None:
+    """The first bytes are intact (the guess succeeds and the bytes are read), but the directory
+    at the end is damaged: the read is not accepted."""
+    archive = bytearray(archive_of(torch.randn(2000)))
+    archive[archive.rindex(b"PK\x01\x02") + 1] ^= 0xFF  # the last directory entry's signature
+    assert locate_bytes(tmp_path, bytes(archive)) is None
+    assert read_stored_bytes(tmp_path, bytes(archive))[0] is None
+
+
+def test_read_stored_on_a_truncated_file_is_none(tmp_path: Path) -> None:
+    archive = archive_of(torch.randn(2000))
+    path = tmp_path / "item.distcp"
+    path.write_bytes(archive[: len(archive) // 2])  # the item's bytes run past the end of the file
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert read_stored(fd, 0, len(archive), lambda stored: memoryview(bytearray(stored.nbytes))) is None
+    finally:
+        os.close(fd)
+
+
+def test_read_stored_takes_no_buffer_of_the_wrong_size(tmp_path: Path) -> None:
+    archive = archive_of(torch.randn(2000))
+    path = tmp_path / "item.distcp"
+    path.write_bytes(archive)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert read_stored(fd, 0, len(archive), lambda stored: memoryview(bytearray(stored.nbytes + 4))) is None
+        assert read_stored(fd, 0, len(archive), lambda stored: None) is None  # declined
+    finally:
+        os.close(fd)
+
+
+BIG_SAMPLE = archive_of(torch.arange(1500, dtype=torch.float32).reshape(30, 50))
+# where damage matters: the local headers and data.pkl at the front, the directory at the end
+_EDGES = st.one_of(st.integers(0, 600), st.integers(len(BIG_SAMPLE) - 600, len(BIG_SAMPLE) - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(flips=st.lists(st.tuples(_EDGES, st.integers(1, 255)), max_size=4), cut=st.integers(0, 40))
+def test_a_damaged_archive_read_front_to_back_agrees_with_locate(tmp_path_factory: pytest.TempPathFactory, flips: list[tuple[int, int]], cut: int) -> None:
+    damaged = bytearray(BIG_SAMPLE)
+    for at, mask in flips:
+        damaged[at] ^= mask
+    damaged = damaged[: len(damaged) - cut]
+    tmp = tmp_path_factory.mktemp("fuzz")
+    found, data = read_stored_bytes(tmp, bytes(damaged))
+    assert found == locate_bytes(tmp, bytes(damaged))
+    if found is not None:
+        assert PREFIX <= found.start and found.start + found.nbytes <= PREFIX + len(damaged)
+        assert data == bytes(damaged[found.start - PREFIX : found.start - PREFIX + found.nbytes])

@@ -4,13 +4,13 @@ DCP's `FileSystemReader` turns every stored item into a tensor with `torch.load`
 archive inside the shard file), into fresh memory, then copies the needed part into the
 destination: two copies and the page faults of new memory for every byte. Each stored item
 is a `torch.save` archive whose tensor bytes sit uncompressed in one record. This reader
-finds that record with `_torch_save.locate` (the archive's directory and its `data.pkl`, a
-few hundred bytes read by a restricted unpickler that accepts nothing but the
-tensor-rebuild call), then:
+reads each archive front to back with `_torch_save.read_stored`, which finds that record
+(the archive's `data.pkl`, a few hundred bytes read by a restricted unpickler that accepts
+nothing but the tensor-rebuild call, and its directory, which confirms it), then:
 
 - when a read item is a whole stored chunk and its destination a contiguous CPU tensor of
   the same dtype (a resume onto the same layout: every FSDP2 shard, every optimizer
-  state), `readinto` the destination's own memory;
+  state), reads the bytes into the destination's own memory;
 - otherwise (resharding, other dtype, another device) it reads the stored chunk into one
   new tensor and copies the needed slice, as DCP does;
 - anything else (byte items, storage transforms, an archive it does not recognise) goes to
@@ -32,8 +32,8 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
-from ._st_read import read_into
-from ._torch_save import locate
+from ._st_read import memory_of
+from ._torch_save import Stored, read_stored
 
 __all__ = ["DirectFileSystemReader"]
 
@@ -60,22 +60,30 @@ class DirectFileSystemReader(FileSystemReader):
         info = self.storage_data[req.storage_index]
         if req.type != LoadItemType.TENSOR or info.transform_descriptors:
             return False
-        stored = locate(f.fileno(), info.offset, info.length)
         index = req.storage_index.index
         sizes = self._stored_sizes.get(req.storage_index.fqn, [])
-        if stored is None or index is None or index >= len(sizes) or stored.shape != sizes[index]:
+        if index is None or index >= len(sizes):
             return False
-        dtype = getattr(torch, stored.dtype)
         target = planner.resolve_tensor(req).detach()
         if tuple(target.shape) != tuple(req.lengths):
             return False
-        whole = all(o == 0 for o in req.storage_offsets) and tuple(req.lengths) == stored.shape
-        if whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous():
-            read_into(f.fileno(), target, stored.start)
-        else:
-            chunk = torch.empty(stored.shape, dtype=dtype)
-            read_into(f.fileno(), chunk, stored.start)
-            target.copy_(_narrow(chunk, req.storage_offsets, req.lengths))
+        into: list[torch.Tensor] = []
+
+        def buffer_for(stored: Stored) -> memoryview | None:
+            """The destination's own memory when the item is a whole stored chunk of its dtype
+            and it is a contiguous CPU tensor, else a new tensor the size of the chunk."""
+            if stored.shape != sizes[index]:
+                return None
+            dtype = getattr(torch, stored.dtype)
+            whole = all(o == 0 for o in req.storage_offsets) and tuple(req.lengths) == stored.shape
+            direct = whole and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
+            into[:] = [target if direct else torch.empty(stored.shape, dtype=dtype)]
+            return memory_of(into[0])
+
+        if read_stored(f.fileno(), info.offset, info.length, buffer_for) is None:
+            return False
+        if into[0] is not target:
+            target.copy_(_narrow(into[0], req.storage_offsets, req.lengths))
         planner.commit_tensor(req, target)
         return True
 

@@ -18,7 +18,9 @@ benchmark's model. With `zipfile` (its directory parse and two `ZipExtFile` read
 buffered window of the file) that took 148 us per chunk, 14 ms of a 0.22 s two-rank load
 from the page cache; this parse takes 45 us (BENCHMARKS.md, notes of the seventh session).
 
-The converter (`_dcp_stream`, no torch) and resume's direct reader (`_dcp_direct`) use it.
+The converter (`_dcp_stream`, no torch) uses `locate`. Resume's direct reader
+(`_dcp_direct`) uses `read_stored`, which reads an archive front to back, its tensor's bytes
+included, and confirms with the same parse where it found them.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ import os
 import pickle
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ._st_format import byte_size, itemsize
 
-__all__ = ["Stored", "locate"]
+__all__ = ["Stored", "locate", "read_stored"]
 
 # torch's legacy storage class names, which data.pkl uses for the dtype
 _STORAGE_DTYPES = {
@@ -135,12 +138,17 @@ class _Archive:
     """The archive `[start, start + length)` of the open file `fd`, read through `read`: its
     first and last `_EDGE` bytes are read once, anything else where it is asked for."""
 
-    def __init__(self, fd: int, start: int, length: int) -> None:
+    def __init__(self, fd: int, start: int, length: int, head: bytes | None = None, tail: tuple[int, bytes] | None = None) -> None:
+        """`head` (the first `_EDGE` bytes) and `tail` (`(offset, bytes)` up to the archive's
+        end), where the caller has read them already, are used instead of reading them."""
         self.fd, self.start, self.length = fd, start, length
-        self.head = os.pread(fd, min(length, _EDGE), start)
+        self.head = os.pread(fd, min(length, _EDGE), start) if head is None else head
         self.tail_at = max(0, length - _EDGE)
-        # an archive of at most `_EDGE` bytes (a scalar's, most of them) is its own tail
-        self.tail = self.head if self.tail_at == 0 else os.pread(fd, length - self.tail_at, start + self.tail_at)
+        if tail is not None:
+            self.tail_at, self.tail = tail
+        else:
+            # an archive of at most `_EDGE` bytes (a scalar's, most of them) is its own tail
+            self.tail = self.head if self.tail_at == 0 else os.pread(fd, length - self.tail_at, start + self.tail_at)
         if len(self.head) != min(length, _EDGE) or len(self.tail) != length - self.tail_at:
             raise _NotPlain("the file is shorter than the item")
 
@@ -239,29 +247,163 @@ def _content(archive: _Archive, record: _Record, limit: int) -> bytes:
     return data
 
 
-def locate(fd: int, start: int, length: int) -> Stored | None:
-    """Where the tensor bytes of the `torch.save` archive at `[start, start + length)` of the
-    open file `fd` are, or None when it is not a plain little-endian contiguous tensor archive."""
+_ERRORS = (_NotPlain, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, OSError, OverflowError, struct.error)
+
+
+def _tensor_meta(data_pkl: io.BytesIO) -> tuple[_Rebuilt, str, str] | None:
+    """(rebuild call, dtype, storage key) of a `data.pkl` that rebuilds one plain contiguous
+    tensor, read by the restricted unpickler; None for anything else."""
+    meta = _TensorMetaUnpickler(data_pkl).load()
+    if not isinstance(meta, _Rebuilt) or len(meta.storage) < 3 or meta.storage[0] != "storage":
+        return None
+    kind, key = meta.storage[1], str(meta.storage[2])
+    if not isinstance(kind, _Storage) or meta.stride != _contiguous_strides(meta.shape):
+        return None
+    return meta, kind.dtype, key
+
+
+def _locate(archive: _Archive) -> Stored | None:
     try:
-        archive = _Archive(fd, start, length)
         records = _records(archive)
         if b"byteorder" in records and _content(archive, records[b"byteorder"], 16) != b"little":
             return None
         if b"data.pkl" not in records:
             return None
-        meta = _TensorMetaUnpickler(io.BytesIO(_content(archive, records[b"data.pkl"], 1 << 20))).load()
-        if not isinstance(meta, _Rebuilt) or len(meta.storage) < 3 or meta.storage[0] != "storage":
+        tensor = _tensor_meta(io.BytesIO(_content(archive, records[b"data.pkl"], 1 << 20)))
+        if tensor is None:
             return None
-        kind, key = meta.storage[1], str(meta.storage[2])
-        if not isinstance(kind, _Storage) or meta.stride != _contiguous_strides(meta.shape):
-            return None
+        meta, dtype, key = tensor
         record = records.get(f"data/{key}".encode())
-        size = itemsize(kind.dtype)
+        size = itemsize(dtype)
         if record is None or (meta.offset + math.prod(meta.shape)) * size > record.file_size:
             return None
         begin = _data_start(archive, record) + meta.offset * size
-        if begin + math.prod(meta.shape) * size > length:
+        if begin + math.prod(meta.shape) * size > archive.length:
             return None
-        return Stored(start=start + begin, dtype=kind.dtype, shape=meta.shape)
-    except (_NotPlain, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, OSError, OverflowError, struct.error):
+        return Stored(start=archive.start + begin, dtype=dtype, shape=meta.shape)
+    except _ERRORS:
+        return None
+
+
+def locate(fd: int, start: int, length: int) -> Stored | None:
+    """Where the tensor bytes of the `torch.save` archive at `[start, start + length)` of the
+    open file `fd` are, or None when it is not a plain little-endian contiguous tensor archive."""
+    try:
+        archive = _Archive(fd, start, length)
+    except _ERRORS:
+        return None
+    return _locate(archive)
+
+
+def _first_record(head: bytes) -> tuple[bytes, bytes, int] | None:
+    """(name, bytes, end) of the archive's first record, from its local header, checked against
+    its CRC-32 as `_content` checks records: from the header where it holds the sizes, else
+    from the data descriptor that follows the bytes (torch's writer puts them there)."""
+    sig, _, flags, method, _, _, crc, size, file_size, name_len, extra_len = _LOCAL_HEADER.unpack_from(head, 0)
+    if sig != b"PK\x03\x04" or method != 0 or flags & 0x1:
+        return None
+    name = head[_LOCAL_HEADER.size : _LOCAL_HEADER.size + name_len]
+    begin = _LOCAL_HEADER.size + name_len + extra_len
+    if not flags & 0x8:  # no data descriptor: the header has the sizes and the CRC-32
+        data = head[begin : begin + file_size]
+        return (name, data, begin + file_size) if len(data) == file_size == size and zlib.crc32(data) == crc else None
+    at = head.find(b"PK\x07\x08", begin)
+    while 0 <= at <= len(head) - 16:
+        crc, size, file_size = struct.unpack_from("<3L", head, at + 4)
+        if size == file_size == at - begin and zlib.crc32(head[begin:at]) == crc:
+            return name, head[begin:at], at + 16
+        at = head.find(b"PK\x07\x08", at + 1)
+    return None
+
+
+def _guess(head: bytes, start: int) -> Stored | None:
+    """Where the tensor's bytes are, from the archive's first bytes alone, for an archive laid
+    out as torch writes it: `data.pkl` first (whole and matching its CRC-32 within `head`),
+    and the local header of the storage's record within `head`. Only a guess: the storage's
+    record is found by its header's signature and name, and `read_stored` acts on it only
+    once `_locate` has confirmed it from the directory."""
+    try:
+        first = _first_record(head)
+        if first is None:
+            return None
+        name, data_pkl, at = first
+        top, _, rest = name.partition(b"/")
+        tensor = _tensor_meta(io.BytesIO(data_pkl)) if rest == b"data.pkl" else None
+        if tensor is None:
+            return None
+        meta, dtype, key = tensor
+        wanted = top + b"/data/" + key.encode()
+        at = head.find(b"PK\x03\x04", at)
+        while 0 <= at <= len(head) - _LOCAL_HEADER.size:
+            fields = _LOCAL_HEADER.unpack_from(head, at)
+            if head[at + _LOCAL_HEADER.size : at + _LOCAL_HEADER.size + fields[9]] == wanted:
+                begin = at + _LOCAL_HEADER.size + fields[9] + fields[10] + meta.offset * itemsize(dtype)
+                return Stored(start=start + begin, dtype=dtype, shape=meta.shape)
+            at = head.find(b"PK\x03\x04", at + 4)
+        return None
+    except _ERRORS:
+        return None
+
+
+def _read_exactly(fd: int, views: list[memoryview], offset: int) -> None:
+    """Fill `views`, in order, with the bytes of `fd` from `offset` (vectored positioned reads)."""
+    views = [v for v in views if len(v)]
+    while views:
+        got = os.preadv(fd, views, offset)
+        if not got:
+            raise OSError(f"unexpected end of file at byte {offset}")
+        offset += got
+        while views and got >= len(views[0]):
+            got -= len(views[0])
+            views.pop(0)
+        if views:
+            views[0] = views[0][got:]
+
+
+def _buffer(buffer_for: Callable[[Stored], memoryview | None], stored: Stored) -> memoryview | None:
+    view = buffer_for(stored)
+    if view is not None and (view.nbytes != stored.nbytes or view.readonly):
+        raise ValueError(f"a buffer of {view.nbytes} bytes for {stored.nbytes} bytes of tensor")
+    return view if view is None else view.cast("B")
+
+
+def read_stored(fd: int, start: int, length: int, buffer_for: Callable[[Stored], memoryview | None]) -> Stored | None:
+    """Read the tensor bytes of the archive at `[start, start + length)` of `fd` into the
+    buffer `buffer_for(stored)` gives (exactly `stored.nbytes` bytes; None declines), and
+    return where they were; None when the archive is not a plain tensor archive (`locate`)
+    or the buffer was declined, with the buffer's content then undefined.
+
+    The archive is read front to back, once: its first bytes (where `_guess` finds the
+    tensor's record), then the tensor's bytes and everything after them, the directory
+    included, in one vectored read, and the directory then confirms the guess (`_locate`
+    on the bytes in hand). `locate` first and the bytes after would read the directory at
+    the archive's end, then go back for the bytes: a jump ahead and one back per item, which
+    resets the kernel's readahead on every item of a shard file (BENCHMARKS.md, notes of the
+    fourteenth session). An archive laid out otherwise is located first, then read."""
+    try:
+        head = os.pread(fd, min(length, _EDGE), start)
+        if len(head) != min(length, _EDGE):
+            return None
+        guess = _guess(head, start) if length > _EDGE else None
+        after = length - (guess.start - start + guess.nbytes) if guess is not None else -1
+        if guess is not None and 0 <= after <= _MAX_DIRECTORY:
+            view = _buffer(buffer_for, guess)
+            if view is None:
+                return None
+            rest = bytearray(after)
+            _read_exactly(fd, [view, memoryview(rest)], guess.start)
+            stored = _locate(_Archive(fd, start, length, head=head, tail=(length - after, bytes(rest))))
+            if stored == guess:
+                return stored
+        else:
+            stored = _locate(_Archive(fd, start, length, head=head))
+        if stored is None or (view := _buffer(buffer_for, stored)) is None:
+            return None
+        begin = stored.start - start
+        if begin + stored.nbytes <= len(head):  # a small archive: the bytes are in hand
+            view[:] = head[begin : begin + stored.nbytes]
+        else:
+            _read_exactly(fd, [view], stored.start)
+        return stored
+    except _ERRORS:
         return None
