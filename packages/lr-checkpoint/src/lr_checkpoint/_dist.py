@@ -10,10 +10,12 @@ leaves the other ranks waiting forever at the next collective.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,6 +27,7 @@ from ._errors import CheckpointError
 __all__ = [
     "barrier",
     "broadcast_value",
+    "collector_paused",
     "gather_values",
     "is_distributed",
     "is_main",
@@ -56,6 +59,27 @@ def world_size() -> int:
 
 def is_main() -> bool:
     return rank() == 0
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector stays off for the block (a collective save or load),
+    then is on again, unless the caller had turned it off.
+
+    A full collection walks every object the process tracks: after `import torch` and a
+    model, one took 170-190 ms on the benchmark machine, and it starts wherever the
+    allocation count happens to cross its threshold. Inside a collective save or load, the
+    rank it hits arrives that much later at the next agreement and every other rank waits:
+    the first two-rank DCP loads of a process lost 0.17-0.19 s to one (a third of the load;
+    BENCHMARKS.md, notes of the fourteenth session). A save or load creates few objects
+    that outlive it, so nothing piles up meanwhile; a collection due starts after the block."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def barrier() -> None:

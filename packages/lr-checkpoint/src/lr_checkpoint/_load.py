@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_in_place
-from ._dist import run_on_every_rank, run_on_main
+from ._dist import collector_paused, run_on_every_rank, run_on_main
 from ._checksums import ChecksumCheck
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
@@ -205,7 +205,13 @@ def load_model_and_optimizer(step_dir: Path, model: nn.Module, optimizer: torch.
     """Collective: load a checkpoint's model (and optimizer) state onto the current layout, then
     compare the files it read with the checksums taken at save (a damaged file raises
     CheckpointError naming it, on every rank, before anything trains on what was loaded;
-    files this load does not read are left to `verify_checkpoint`)."""
+    files this load does not read are left to `verify_checkpoint`). Python's garbage collector
+    is paused meanwhile (`collector_paused`)."""
+    with collector_paused():
+        _load_model_and_optimizer(step_dir, model, optimizer)
+
+
+def _load_model_and_optimizer(step_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     files = StepFiles(resolve_step_dir(step_dir))
     # The check overlaps the load. A gathered model.safetensors that the main rank reads whole
     # (plain and DDP models) is hashed as it is read; every other file (the optimizer's, DCP

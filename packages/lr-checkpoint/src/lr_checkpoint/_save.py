@@ -53,7 +53,7 @@ from lr_config import FileDigest, save_json, save_training_step, to_dict
 
 from ._checksums import write_checksums
 from ._dcp_write import WritebackFileSystemWriter
-from ._dist import broadcast_value, gather_values, pause_point, run_on_main
+from ._dist import broadcast_value, collector_paused, gather_values, pause_point, run_on_main
 from ._errors import CheckpointError
 from ._gathered import write_gathered
 from ._layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
@@ -307,8 +307,14 @@ def save_checkpoint(checkpoints_dir: Path, step: int, request: SaveRequest) -> P
     Every rank calls this at the same point of the loop. With `checkpoint_async` and a
     DCP format it returns once the writes are under way: call `wait_for_staging()` before
     the next optimizer step; the folder appears once the background commit is done, which
-    `wait_for_pending_save()` (the next save calls it) waits for.
+    `wait_for_pending_save()` (the next save calls it) waits for. Python's garbage collector
+    is paused until it returns (`collector_paused`).
     """
+    with collector_paused():
+        return _save_checkpoint(checkpoints_dir, step, request)
+
+
+def _save_checkpoint(checkpoints_dir: Path, step: int, request: SaveRequest) -> Path:
     wait_for_pending_save()
     rng = gather_values(capture_rng_state())
     save = _begin(Path(checkpoints_dir), step, request)
