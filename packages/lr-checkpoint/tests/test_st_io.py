@@ -4,8 +4,9 @@ and every dtype, shape and alignment reads back equal."""
 from __future__ import annotations
 
 import hashlib
-import zlib
+import mmap
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lr_checkpoint import CheckpointError
-from lr_checkpoint._checksums import ChecksumCheck, write_checksums
+from lr_checkpoint._checksums import ChecksumCheck, _chunks, _digest, write_checksums
 from lr_checkpoint._sha import StreamHasher
 from lr_checkpoint._st_read import read_tensors
 from lr_checkpoint._st_writer import write_tensor_dict
@@ -54,6 +55,34 @@ def test_the_crc32_is_the_stdlib_one_so_checksums_written_before_stay_valid() ->
     assert digest.size == len(data)
     assert digest.crc32 == f"{zlib.crc32(data):08x}"
     assert digest.sha256 == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("size", [0, 1, mmap.ALLOCATIONGRANULARITY, 3 * mmap.ALLOCATIONGRANULARITY + 7])
+def test_a_file_digest_through_mapped_windows_is_the_digest_of_its_bytes(tmp_path: Path, size: int) -> None:
+    # one window of the allocation granularity: a file of several windows and a short last one
+    path = tmp_path / "f.bin"
+    data = os.urandom(size)
+    path.write_bytes(data)
+    expected = (size, hashlib.sha256(data).hexdigest(), f"{zlib.crc32(data):08x}")
+    for window in (mmap.ALLOCATIONGRANULARITY, 32 << 20):
+        digest = _digest(path, window=window)
+        assert (digest.size, digest.sha256, digest.crc32) == expected
+        crc_only = _digest(path, sha256=False, window=window)
+        assert (crc_only.size, crc_only.sha256, crc_only.crc32) == (size, "", expected[2])
+
+
+def test_a_file_shorter_than_its_size_at_open_is_read_to_its_end(tmp_path: Path) -> None:
+    # the size taken at open promises more windows than the file now has (it was truncated after
+    # its size was taken): the window past the end cannot be mapped, so the rest is read, and
+    # the bytes hashed are the ones the file holds
+    granule = mmap.ALLOCATIONGRANULARITY
+    path = tmp_path / "f.bin"
+    data = os.urandom(2 * granule + 100)
+    path.write_bytes(data)
+    with open(path, "rb", buffering=0) as f:
+        pieces = [bytes(chunk) for chunk in _chunks(f, 5 * granule, granule)]
+    assert b"".join(pieces) == data
+    assert [len(p) for p in pieces] == [granule, granule, 100]  # two maps, then the read of the rest
 
 
 def test_the_reader_gives_back_every_tensor_and_the_file_digest(tmp_path: Path) -> None:

@@ -12,6 +12,16 @@ CRC-32 (a checksums.json of version 1, before it had one).
   hashes its share in threads (hashlib and zlib-ng release the GIL on large buffers, and the
   files were just written, so they are read from the page cache); the main rank writes
   `checksums.json`. It is fsynced and renamed with the rest.
+- A file is hashed through read-only memory maps of the page cache, `_WINDOW` bytes at a
+  time (`_chunks`), not read into a buffer: the digests read the cached pages where they
+  are, without a copy. At resume, where the hashing runs beside the load on the same cores,
+  that copy was a third of the check's CPU time, and its absence lets the threads run
+  further ahead of the loader, whose prefetch they are (two-rank DCP loads of the
+  benchmark's checkpoint, cold: 0.80 of a raw read with the buffer, 0.92 with the maps;
+  BENCHMARKS.md, fifteenth session). A file system that cannot map the file, or a file
+  shorter than its size at open, is read instead. A file truncated while its window is
+  mapped would end the process with SIGBUS; lr never truncates a saved file (retention and
+  `convert` delete whole files, which leaves an open mapping valid).
 - `checksum_problems(step_dir)` (one process, for verify) and `ChecksumCheck(step_dir)`
   (resume: started on every rank before the load so the hashing overlaps it, then
   `finish()`, collective) name each file that is missing, has another size, or another
@@ -25,11 +35,12 @@ structurally only. `lr-checkpoint convert` keeps the file true with `update_chec
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from lr_config import Checksums, ConfigError, FileDigest, load_checksums, save_checksums
 
@@ -45,21 +56,49 @@ __all__ = ["CHECKSUMS", "ChecksumCheck", "checksum_problems", "read_checksums", 
 CHECKSUMS = "checksums.json"
 _THREADS = 4
 _BUFFER = 8 << 20
+_WINDOW = 32 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY (4 KiB on Linux, 64 KiB on Windows)
 
 
-def _digest(path: Path, sha256: bool = True) -> FileDigest:
-    """The file's size and CRC-32, and its SHA-256 unless `sha256=False`."""
-    sha = hashlib.sha256() if sha256 else None
-    crc = size = 0
+def _read_chunks(f: IO[bytes], offset: int) -> Iterator[memoryview]:
+    """The file's bytes from `offset` to its end, read into one reused buffer."""
     buffer = bytearray(_BUFFER)
     view = memoryview(buffer)
+    f.seek(offset)
+    while got := f.readinto(buffer):  # type: ignore[attr-defined]
+        yield view[:got]
+
+
+def _chunks(f: IO[bytes], size: int, window: int = _WINDOW) -> Iterator[memoryview]:
+    """The first `size` bytes of the open file `f`, as read-only maps of `window` bytes, each
+    valid until the next one is asked for; read instead (to its actual end) from the first
+    window that cannot be mapped: a file system without mmap, or a file now shorter."""
+    sequential = getattr(mmap, "MADV_SEQUENTIAL", None)
+    for offset in range(0, size, window):
+        try:
+            mapped = mmap.mmap(f.fileno(), min(window, size - offset), access=mmap.ACCESS_READ, offset=offset)
+        except (OSError, ValueError):  # ValueError: the file no longer reaches offset + window
+            yield from _read_chunks(f, offset)
+            return
+        with mapped:
+            if sequential is not None:
+                mapped.madvise(sequential)  # the kernel reads ahead of the faults, and further
+            view = memoryview(mapped)
+            try:
+                yield view
+            finally:
+                view.release()
+
+
+def _digest(path: Path, sha256: bool = True, window: int = _WINDOW) -> FileDigest:
+    """The file's size and CRC-32, and its SHA-256 unless `sha256=False` (`window`: see `_chunks`)."""
+    sha = hashlib.sha256() if sha256 else None
+    crc = size = 0
     with open(path, "rb", buffering=0) as f:
-        while got := f.readinto(buffer):
-            chunk = view[:got]
+        for chunk in _chunks(f, os.fstat(f.fileno()).st_size, window):
             if sha is not None:
                 sha.update(chunk)
             crc = crc32(chunk, crc)
-            size += got
+            size += len(chunk)
     return FileDigest(size=size, sha256=sha.hexdigest() if sha is not None else "", crc32=crc32_hex(crc))
 
 
