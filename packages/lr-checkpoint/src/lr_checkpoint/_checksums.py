@@ -14,11 +14,11 @@ CRC-32 (a checksums.json of version 1, before it had one).
   `checksums.json`. It is fsynced and renamed with the rest.
 - A file is hashed through read-only memory maps of the page cache, `_WINDOW` bytes at a
   time (`_chunks`), not read into a buffer: the digests read the cached pages where they
-  are, without a copy. At resume, where the hashing runs beside the load on the same cores,
-  that copy was a third of the check's CPU time, and its absence lets the threads run
-  further ahead of the loader, whose prefetch they are (two-rank DCP loads of the
-  benchmark's checkpoint, cold: 0.80 of a raw read with the buffer, 0.92 with the maps;
-  BENCHMARKS.md, fifteenth session). A file system that cannot map the file, or a file
+  are, without a copy. At resume the hashing runs beside the load on the same cores, and
+  the threads that read ahead of the loader are its prefetch; without the copy they cost
+  less and run further ahead (two-rank DCP load of the benchmark's checkpoint: what the
+  check adds to a load from the page cache, 47 ms -> 33 ms; a cold load, 0.86 -> 0.91 of a
+  raw read; BENCHMARKS.md, fifteenth session). A file system that cannot map the file, or a file
   shorter than its size at open, is read instead. A file truncated while its window is
   mapped would end the process with SIGBUS; lr never truncates a saved file (retention and
   `convert` delete whole files, which leaves an open mapping valid).
