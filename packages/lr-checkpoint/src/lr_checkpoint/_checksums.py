@@ -39,8 +39,9 @@ import mmap
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from io import FileIO
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from lr_config import Checksums, ConfigError, FileDigest, load_checksums, save_checksums
 
@@ -59,16 +60,16 @@ _BUFFER = 8 << 20
 _WINDOW = 32 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY (4 KiB on Linux, 64 KiB on Windows)
 
 
-def _read_chunks(f: IO[bytes], offset: int) -> Iterator[memoryview]:
+def _read_chunks(f: FileIO, offset: int) -> Iterator[memoryview]:
     """The file's bytes from `offset` to its end, read into one reused buffer."""
     buffer = bytearray(_BUFFER)
     view = memoryview(buffer)
     f.seek(offset)
-    while got := f.readinto(buffer):  # type: ignore[attr-defined]
+    while got := f.readinto(buffer):
         yield view[:got]
 
 
-def _chunks(f: IO[bytes], size: int, window: int = _WINDOW) -> Iterator[memoryview]:
+def _chunks(f: FileIO, size: int, window: int = _WINDOW) -> Iterator[memoryview]:
     """The first `size` bytes of the open file `f`, as read-only maps of `window` bytes, each
     valid until the next one is asked for; read instead (to its actual end) from the first
     window that cannot be mapped: a file system without mmap, or a file now shorter."""
