@@ -69,7 +69,7 @@ def _read_chunks(f: FileIO, offset: int) -> Iterator[memoryview]:
         yield view[:got]
 
 
-def _chunks(f: FileIO, size: int, window: int = _WINDOW) -> Iterator[memoryview]:
+def _chunks(f: FileIO, size: int, window: int) -> Iterator[memoryview]:
     """The first `size` bytes of the open file `f`, as read-only maps of `window` bytes, each
     valid until the next one is asked for; read instead (to its actual end) from the first
     window that cannot be mapped: a file system without mmap, or a file now shorter."""

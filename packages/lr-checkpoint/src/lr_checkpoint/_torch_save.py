@@ -138,14 +138,14 @@ class _Archive:
     """The archive `[start, start + length)` of the open file `fd`, read through `read`: its
     first and last `_EDGE` bytes are read once, anything else where it is asked for."""
 
-    def __init__(self, fd: int, start: int, length: int, head: bytes | None = None, tail: tuple[int, bytes] | None = None) -> None:
-        """`head` (the first `_EDGE` bytes) and `tail` (`(offset, bytes)` up to the archive's
+    def __init__(self, fd: int, start: int, length: int, head: bytes | None = None, tail: bytes | None = None) -> None:
+        """`head` (the first `_EDGE` bytes) and `tail` (the last bytes, up to the archive's
         end), where the caller has read them already, are used instead of reading them."""
         self.fd, self.start, self.length = fd, start, length
         self.head = os.pread(fd, min(length, _EDGE), start) if head is None else head
         self.tail_at = max(0, length - _EDGE)
         if tail is not None:
-            self.tail_at, self.tail = tail
+            self.tail_at, self.tail = length - len(tail), tail
         else:
             # an archive of at most `_EDGE` bytes (a scalar's, most of them) is its own tail
             self.tail = self.head if self.tail_at == 0 else os.pread(fd, length - self.tail_at, start + self.tail_at)
@@ -392,7 +392,7 @@ def read_stored(fd: int, start: int, length: int, buffer_for: Callable[[Stored],
                 return None
             rest = bytearray(after)
             _read_exactly(fd, [view, memoryview(rest)], guess.start)
-            stored = _locate(_Archive(fd, start, length, head=head, tail=(length - after, bytes(rest))))
+            stored = _locate(_Archive(fd, start, length, head=head, tail=bytes(rest)))
             if stored == guess:
                 return stored
         else:
