@@ -9,8 +9,6 @@
 - Corrupted bytes in `model.safetensors`, an optimizer DCP shard and a DCP `.metadata`:
   `verify` names the file (the DCP folder and tensor for a shard), and resume refuses
   naming it with the same cause, exit 2.
-Tests marked xfail(strict=True) pin known gaps (their reason says which); RELIABILITY.md
-lists them.
 - A Hub outage mid-push keeps the checkpoint untouched and the publish folder whole, and
   the retry command printed by `lr-publish` lands the push once the Hub is back.
 

@@ -3,6 +3,12 @@ precision, reduced metrics, start-up errors and failure propagation.
 
 The straight runs are module-scoped fixtures shared with tests/test_resume.py's
 expectations; each launch costs seconds of start-up, so scenarios are grouped.
+
+Parity is checked on the loss, the logged pre-clip `grad_norm` of every step and the final
+weights, with AdamW (the default) and with plain SGD (`SGD`: no momentum, no weight decay, no
+clipping). AdamW's update barely moves when every gradient is multiplied by a constant, so
+only the SGD runs and the grad norms catch a gradient-scale bug: a missing division by the
+accumulation steps or by the world size, or ranks summing instead of averaging.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from _support.metrics import grad_norms, losses, records
 from _support.procs import run_cli, run_torchrun
 
 pytestmark = pytest.mark.multiprocess
@@ -36,10 +43,14 @@ TINY = [
     "--log_freq=1",
 ]
 GLOBAL_BATCH = 8
-
-
-def losses(run_dir: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+SGD = [
+    "--optimizer.type=sgd",
+    "--optimizer.betas=[0, 0.999]",
+    "--optimizer.weight_decay=0",
+    "--optimizer.grad_clip_norm=0",
+    "--optimizer.lr=0.05",
+]
+"""Plain SGD: the update is lr x gradient, so any scale error in the gradients moves the weights."""
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -71,22 +82,52 @@ def runs(tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> dict[s
     }
 
 
-def test_loss_parity_across_layouts(runs: dict[str, Path]) -> None:
-    reference = losses(runs["single"])
-    assert len(reference) == 10
+def assert_same_steps(runs: dict[str, Path], steps: int) -> None:
+    """Every layout logs the single process's loss and pre-clip grad_norm at every step."""
+    ref_loss, ref_norm = losses(runs["single"]), grad_norms(runs["single"])
+    assert len(ref_loss) == steps and all(n > 0 for n in ref_norm)
     for layout in ("ddp", "fsdp", "hsdp"):
-        got = losses(runs[layout])
-        assert got == pytest.approx(reference, rel=1e-5), layout
-    assert reference[-1] < reference[0]
+        assert losses(runs[layout]) == pytest.approx(ref_loss, rel=1e-5), layout
+        assert grad_norms(runs[layout]) == pytest.approx(ref_norm, rel=1e-5), layout
+    assert ref_loss[-1] < ref_loss[0]
 
 
-def test_final_weights_agree_across_layouts(runs: dict[str, Path]) -> None:
+def assert_same_weights(runs: dict[str, Path]) -> None:
     reference = weights(runs["single"])
     for layout in ("ddp", "fsdp", "hsdp"):
         got = weights(runs[layout])
         assert got.keys() == reference.keys()
         for key in reference:
             torch.testing.assert_close(got[key], reference[key], rtol=1e-4, atol=1e-5, msg=f"{layout} {key}")
+
+
+def test_loss_and_grad_norm_parity_across_layouts(runs: dict[str, Path]) -> None:
+    assert_same_steps(runs, 10)
+
+
+def test_final_weights_agree_across_layouts(runs: dict[str, Path]) -> None:
+    assert_same_weights(runs)
+
+
+@pytest.fixture(scope="module")
+def sgd_runs(tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> dict[str, Path]:
+    """Plain-SGD runs of the same global batch on four layouts. The FSDP2 run leaves the action
+    head unsharded (`ignored_modules`), so lr's own all-reduce of its gradients is checked too."""
+    os.environ["LR_TEST_DATASET"] = str(demo_dataset)
+    tmp = tmp_path_factory.mktemp("layouts_sgd")
+    common = ["--steps=6", "--save_checkpoint=false", *SGD]
+    return {
+        "single": train(tmp, "single", 1, *common, f"--batch_size={GLOBAL_BATCH}"),
+        "ddp": train(tmp, "ddp", 2, *common, f"--batch_size={GLOBAL_BATCH // 2}"),
+        "fsdp": train(tmp, "fsdp", 2, *common, f"--batch_size={GLOBAL_BATCH // 2}", "--parallelism.dp_shard=2",
+                      "--accelerator.fsdp.ignored_modules=action_head"),
+        "hsdp": train(tmp, "hsdp", 4, *common, f"--batch_size={GLOBAL_BATCH // 4}", "--parallelism.dp_replicate=2", "--parallelism.dp_shard=2"),
+    }
+
+
+def test_sgd_loss_grad_norm_and_weights_agree_across_layouts(sgd_runs: dict[str, Path]) -> None:
+    assert_same_steps(sgd_runs, 6)
+    assert_same_weights(sgd_runs)
 
 
 def test_logged_loss_is_the_mean_of_the_ranks(runs: dict[str, Path]) -> None:
@@ -101,24 +142,27 @@ def test_logged_loss_is_the_mean_of_the_ranks(runs: dict[str, Path]) -> None:
 
 
 def test_metrics_records_count_the_whole_cluster(runs: dict[str, Path]) -> None:
-    records = [json.loads(line) for line in (runs["hsdp"] / "metrics.jsonl").read_text().splitlines()]
-    assert [r["samples"] for r in records] == [GLOBAL_BATCH * (i + 1) for i in range(10)]
+    assert [r["samples"] for r in records(runs["hsdp"])] == [GLOBAL_BATCH * (i + 1) for i in range(10)]
     run = json.loads((runs["hsdp"] / "run.json").read_text())
     assert run["status"] == "finished" and run["world_size"] == 4 and run["step"] == 10
     config = json.loads((runs["hsdp"] / "train_config.json").read_text())
     assert config["parallelism"]["dp_replicate"] == 2 and config["parallelism"]["dp_shard"] == 2
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 @pytest.mark.parametrize("sharded", [False, True], ids=["single", "fsdp2"])
-def test_gradient_accumulation_equals_a_larger_batch(tmp_path: Path, demo_dataset: Path, sharded: bool) -> None:
+def test_gradient_accumulation_equals_a_larger_batch(tmp_path: Path, demo_dataset: Path, sharded: bool, optimizer: str) -> None:
     os.environ["LR_TEST_DATASET"] = str(demo_dataset)
     nproc = 2 if sharded else 1
     extra = ["--parallelism.dp_shard=2"] if sharded else []
-    base = ["--save_checkpoint=false", *extra]
+    base = ["--save_checkpoint=false", *extra, *(SGD if optimizer == "sgd" else [])]
     big = train(tmp_path, "k1", nproc, *base, "--batch_size=4", "--steps=6")
     # 13 loop steps: the last, partial accumulation is not applied (so the weights match), and
     # on 2 ranks its stop-flag exchange is still in flight when the loop ends (drained there)
     accumulated = train(tmp_path, "k2", nproc, *base, "--batch_size=2", "--accelerator.gradient_accumulation.steps=2", "--steps=13")
+    # the update of loop steps 2i-1 and 2i is the larger batch's update i: the same pre-clip norm
+    updates = [r["grad_norm"] for r in records(accumulated) if r["step"] % 2 == 0]
+    assert updates == pytest.approx(grad_norms(big), rel=1e-5)
     a, b = weights(big), weights(accumulated)
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6, msg=key)
@@ -148,9 +192,9 @@ def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank(tmp_path: Path, demo
     os.environ["LR_TEST_DATASET"] = str(demo_dataset)
     flags = ["--steps=3", "--batch_size=4", "--parallelism.dp_shard=2", "--accelerator.mixed_precision=fp16", "--save_freq=1"]
     hit = train(tmp_path, "inf", 2, *flags, env={"LR_TEST_INF_GRAD_STEP": "2", "LR_TEST_INF_GRAD_RANK": "1"})
-    records = [json.loads(line) for line in (hit / "metrics.jsonl").read_text().splitlines()]
-    assert records[2]["info"]["skipped_updates"] == records[1]["info"]["skipped_updates"] + 1
-    assert records[2]["info"]["loss_scale"] < records[1]["info"]["loss_scale"]
+    logged = records(hit)
+    assert logged[2]["info"]["skipped_updates"] == logged[1]["info"]["skipped_updates"] + 1
+    assert logged[2]["info"]["loss_scale"] < logged[1]["info"]["loss_scale"]
     before = load_file(str(hit / "checkpoints" / "000002" / "pretrained_model" / "model.safetensors"))
     after = load_file(str(hit / "checkpoints" / "000003" / "pretrained_model" / "model.safetensors"))
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -163,8 +207,8 @@ def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank(tmp_path: Path, demo
     proc = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={hit / 'checkpoints' / '000003'}", f"--output_dir={resumed}",
                     "--steps=4", "--parallelism.dp_replicate=1", "--parallelism.dp_shard=1"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    after_resume = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
-    assert after_resume[-1]["step"] == 4 and after_resume[-1]["info"]["skipped_updates"] == records[2]["info"]["skipped_updates"]
+    after_resume = records(resumed)
+    assert after_resume[-1]["step"] == 4 and after_resume[-1]["info"]["skipped_updates"] == logged[2]["info"]["skipped_updates"]
 
 
 def test_no_wrap_units_fails_at_start_up_naming_the_options(tmp_path: Path, demo_dataset: Path) -> None:
@@ -184,10 +228,13 @@ def test_bad_degrees_for_the_launched_world(tmp_path: Path, demo_dataset: Path) 
 
 
 def test_a_rank_that_raises_ends_the_job_promptly(tmp_path: Path, demo_dataset: Path) -> None:
+    """Rank 1 raises at step 3; rank 0 waits in a collective. The collective timeout stays at its
+    default (LR_DIST_TIMEOUT_S unset: 300 s), so a job that ended only because rank 0's collective
+    timed out would take 300 s and fail the 60 s bound: the failing rank must end the job itself."""
     proc = run_torchrun(
         2,
         ["train", f"--output_dir={tmp_path / 'r'}", f"--dataset.root={demo_dataset}", *TINY, "--steps=50", "--parallelism.dp_shard=2"],
-        env={"LR_TEST_RAISE_AT_STEP": "3", "LR_TEST_RAISE_RANK": "1", "LR_DIST_TIMEOUT_S": "30"},
+        env={"LR_TEST_RAISE_AT_STEP": "3", "LR_TEST_RAISE_RANK": "1"},
         timeout=120,
     )
     ended = time.time()

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from _support.metrics import grad_norms, losses
 from _support.procs import free_port, run_torchrun, subprocess_env
 
 pytestmark = pytest.mark.multiprocess
@@ -55,10 +56,6 @@ def start_nodes(argv: list[str], env: dict[str, str] | None = None) -> list[subp
                          text=True, start_new_session=True)
         for i in range(2)
     ]
-
-
-def losses(run: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 STUBS = {
@@ -123,6 +120,7 @@ def test_two_nodes_match_one_node_step_for_step(two_nodes: Path, tmp_path: Path,
     proc = run_torchrun(4, ["train", f"--output_dir={ref}", f"--dataset.root={demo_dataset}", *TINY, *HSDP, "--steps=6", "--save_checkpoint=false"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert losses(two_nodes) == pytest.approx(losses(ref), rel=1e-6)
+    assert grad_norms(two_nodes) == pytest.approx(grad_norms(ref), rel=1e-6)
     step = json.loads((two_nodes / "checkpoints" / "000006" / "training_state" / "training_step.json").read_text())
     assert step["topology"] == {"world_size": 4, "dp_replicate": 2, "dp_shard": 2, "nnodes": 2}
 
@@ -137,13 +135,17 @@ def test_one_node_resumes_the_two_node_checkpoint(two_nodes: Path, tmp_path: Pat
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "nodes 2 -> 1" in proc.stdout
+    assert len(losses(out)) == 3
     assert losses(out) == pytest.approx(losses(two_nodes)[3:], rel=1e-5)
+    assert grad_norms(out) == pytest.approx(grad_norms(two_nodes)[3:], rel=1e-5)
 
 
 def test_a_lost_node_ends_the_other_without_hanging(tmp_path: Path, demo_dataset: Path) -> None:
     argv = ["train", f"--output_dir={tmp_path / 'lost'}", f"--dataset.root={demo_dataset}", *TINY, *HSDP, "--steps=100000",
             "--save_checkpoint=false"]
-    nodes = start_nodes(argv, env={"LR_DIST_TIMEOUT_S": "30"})
+    # The collective timeout keeps its default (300 s), far above the bound asserted below: the
+    # surviving node must notice the lost peers themselves, not wait for a collective to time out.
+    nodes = start_nodes(argv)
     deadline = time.monotonic() + 300
     metrics = tmp_path / "lost" / "metrics.jsonl"
     while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
@@ -159,7 +161,7 @@ def test_a_lost_node_ends_the_other_without_hanging(tmp_path: Path, demo_dataset
     killed_at = time.monotonic()
     nodes[0].communicate(timeout=180)
     assert nodes[0].returncode != 0
-    assert time.monotonic() - killed_at < 120
+    assert time.monotonic() - killed_at < 60
     nodes[1].wait(timeout=30)
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from _support.metrics import grad_norms, losses
 from _support.procs import run_cli, run_torchrun
 
 pytestmark = pytest.mark.multiprocess
@@ -23,10 +24,6 @@ LORA = [
     "--peft.method_type=LORA", "--peft.r=4", "--peft.full_training_modules=[\"action_head\"]",
     "--scheduler.type=constant", "--scheduler.warmup_steps=0", "--log_freq=1", "--optimizer.lr=0.01",
 ]
-
-
-def losses(run: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def ok(proc) -> None:
@@ -56,7 +53,9 @@ def lora_runs(base: Path, tmp_path_factory: pytest.TempPathFactory, demo_dataset
 
 
 def test_lora_fsdp2_matches_single_process(lora_runs: dict[str, Path]) -> None:
+    assert len(losses(lora_runs["single"])) == 6
     assert losses(lora_runs["fsdp"]) == pytest.approx(losses(lora_runs["single"]), rel=1e-5)
+    assert grad_norms(lora_runs["fsdp"]) == pytest.approx(grad_norms(lora_runs["single"]), rel=1e-5)
     assert losses(lora_runs["single"])[-1] < losses(lora_runs["single"])[0]
 
 
@@ -95,7 +94,9 @@ def test_lora_resume_is_exact_on_the_same_topology_and_reshards_to_one(lora_runs
     config = lora_runs["fsdp"] / "checkpoints" / "000003" / "pretrained_model" / "train_config.json"
     same = tmp_path / "same"
     ok(run_torchrun(2, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={same}"]))
+    assert len(losses(same)) == 3
     assert losses(same) == losses(lora_runs["fsdp"])[3:]
+    assert grad_norms(same) == grad_norms(lora_runs["fsdp"])[3:]
     a = load_file(str(same / "pretrained_model" / "adapter_model.safetensors"))
     b = load_file(str(lora_runs["fsdp"] / "pretrained_model" / "adapter_model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in b)
@@ -103,6 +104,7 @@ def test_lora_resume_is_exact_on_the_same_topology_and_reshards_to_one(lora_runs
     ok(run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={config}", f"--output_dir={one}", "--batch_size=8",
                 "--parallelism.dp_replicate=1", "--parallelism.dp_shard=1", "--checkpoint_format=safetensors"]))
     assert losses(one) == pytest.approx(losses(lora_runs["fsdp"])[3:], rel=1e-5)
+    assert grad_norms(one) == pytest.approx(grad_norms(lora_runs["fsdp"])[3:], rel=1e-5)
 
 
 def test_ddp_lora_saves_the_same_adapter_as_single_process(lora_runs: dict[str, Path], base: Path, tmp_path: Path,
@@ -113,6 +115,7 @@ def test_ddp_lora_saves_the_same_adapter_as_single_process(lora_runs: dict[str, 
     ok(run_torchrun(2, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
                         "--steps=6", "--batch_size=4", "--save_freq=6"]))
     assert losses(out) == pytest.approx(losses(lora_runs["single"]), rel=1e-5)
+    assert grad_norms(out) == pytest.approx(grad_norms(lora_runs["single"]), rel=1e-5)
     single = load_file(str(lora_runs["single"] / "pretrained_model" / "adapter_model.safetensors"))
     for folder in (out / "pretrained_model", out / "checkpoints" / "000006" / "pretrained_model"):
         ddp = load_file(str(folder / "adapter_model.safetensors"))
@@ -120,12 +123,20 @@ def test_ddp_lora_saves_the_same_adapter_as_single_process(lora_runs: dict[str, 
         assert all(torch.allclose(ddp[k], single[k], rtol=1e-4, atol=1e-6) for k in single), folder
 
 
-def test_hsdp_lora_trains(base: Path, tmp_path: Path, demo_dataset: Path) -> None:
+def test_hsdp_lora_matches_single_process(lora_runs: dict[str, Path], base: Path, tmp_path: Path, demo_dataset: Path) -> None:
+    """HSDP 2x2 with batch 2 per rank is the single process's global batch of 8: the same losses,
+    pre-clip grad norms and adapters."""
     out = tmp_path / "hsdp"
     ok(run_torchrun(4, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
                         "--steps=6", "--batch_size=2", "--parallelism.dp_replicate=2", "--parallelism.dp_shard=2", "--save_checkpoint=false"]))
-    values = losses(out)
-    assert len(values) == 6 and all(v == v for v in values) and values[-1] < values[0]
+    assert len(losses(out)) == 6
+    assert losses(out) == pytest.approx(losses(lora_runs["single"]), rel=1e-5)
+    assert grad_norms(out) == pytest.approx(grad_norms(lora_runs["single"]), rel=1e-5)
+    single = load_file(str(lora_runs["single"] / "pretrained_model" / "adapter_model.safetensors"))
+    hsdp = load_file(str(out / "pretrained_model" / "adapter_model.safetensors"))
+    assert hsdp.keys() == single.keys() and len(hsdp) > 0
+    for key in single:
+        torch.testing.assert_close(hsdp[key], single[key], rtol=1e-4, atol=1e-6, msg=key)
 
 
 def test_bf16_base_without_mixed_precision_is_a_start_up_error(base: Path, tmp_path: Path, demo_dataset: Path) -> None:

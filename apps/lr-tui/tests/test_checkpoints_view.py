@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import struct
 import sys
 from pathlib import Path
 
 import pytest
+from _support.runs import TinyRun, copy_run
 from tui_support import app_ready, make_checkpoint, point_last, wait_until
 
 from lr_config import LaunchSpec, build_resume_launch, format_command
@@ -122,6 +124,72 @@ async def test_verify_streams_the_cli_output_and_reports_failure(tmp_path, monke
             "lr-checkpoint verify 000100: failed (exit 2)",
         ]
         assert app.query_one("#ckpt-output").has_class("-error")
+
+
+def flip_tensor_bytes(path: Path) -> None:
+    """Flip a few bytes inside the tensor data of a safetensors file: its header still parses,
+    its checksum no longer matches the one the save wrote."""
+    data = bytearray(path.read_bytes())
+    start = 8 + struct.unpack("<Q", data[:8])[0] + 64
+    data[start : start + 4] = bytes(b ^ 0xFF for b in data[start : start + 4])
+    path.write_bytes(data)
+
+
+def last_line_starts(app: LrApp, prefix: str) -> bool:
+    lines = output(app).splitlines()
+    return bool(lines) and lines[-1].startswith(prefix)
+
+
+async def test_verify_runs_the_real_cli_and_names_the_damaged_file(tiny_run: TinyRun, tmp_path):
+    """The real `lr-checkpoint verify` subprocess on a copy of a real trained run whose 000004
+    model.safetensors has bytes flipped in its tensor data (its checksum no longer matches)."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    damaged = run / "checkpoints" / "000004" / "pretrained_model" / "model.safetensors"
+    flip_tensor_bytes(damaged)
+    app = LrApp(run, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        assert [row[0] for row in table_rows(app)] == ["000002", "000004"]
+        await pilot.press("down", "v")
+        await wait_until(pilot, lambda: last_line_starts(app, "lr-checkpoint verify 000004: "), timeout=120, what="verify 000004")
+        lines = output(app).splitlines()
+        assert lines[0] == "$ lr-checkpoint verify 000004"
+        assert f"PROBLEM: {damaged}: its bytes differ from the save (its checksum does not match checksums.json); " \
+            "the file is damaged: resume from another checkpoint" in lines, lines
+        assert f"1 problem(s) in {damaged.parents[1]}" in lines
+        assert lines[-1] == "lr-checkpoint verify 000004: failed (exit 1)"
+        assert app.query_one("#ckpt-output").has_class("-error")
+        assert not any("000002" in line for line in lines)  # the damage is in 000004 only
+
+
+async def test_publish_pushes_the_real_checkpoint_to_the_hub(tiny_run: TinyRun, hub_server, tmp_path, monkeypatch):
+    """The real `lr-publish` subprocess pushes 000004 of a copy of a real trained run to the
+    loopback Hub (it finds the Hub and the token in the environment the TUI passes on)."""
+    token = "hf_lrTuiPublishTest0123456789"
+    monkeypatch.setenv("HF_ENDPOINT", hub_server.endpoint)
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setenv("LR_HUB_RETRY_BASE_S", "0.01")
+    hub_server.require_token(token)
+    run = copy_run(tiny_run, tmp_path / "run")
+    pretrained = run / "checkpoints" / "000004" / "pretrained_model"
+    app = LrApp(run, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        await pilot.press("down", "p", *"me/tinyact", "enter")
+        await wait_until(pilot, lambda: last_line_starts(app, "lr-publish 000004 --repo_id=me/tinyact: "), timeout=120, what="the publish")
+        lines = output(app).splitlines()
+        assert lines[0] == "$ lr-publish 000004 --repo_id=me/tinyact"
+        assert f"Model pushed to {hub_server.endpoint}/me/tinyact" in lines, lines
+        assert lines[-1] == "lr-publish 000004 --repo_id=me/tinyact: done"
+        assert not app.query_one("#ckpt-output").has_class("-error")
+
+    uploaded = hub_server.files("me/tinyact")
+    saved = {p.name: p.read_bytes() for p in pretrained.iterdir()}
+    assert {"model.safetensors", "config.json", "train_config.json", "policy_preprocessor.json"} <= set(saved)
+    assert set(uploaded) == set(saved) | {"README.md"}
+    assert {name: data for name, data in uploaded.items() if name != "README.md"} == saved  # byte for byte
+    assert token.encode() not in uploaded["README.md"]
 
 
 def _save_real_dcp(step_dir: Path) -> dict[str, object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -13,9 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from real_runs import end
 from tui_support import SAMPLE_RUN, app_ready, make_checkpoint, notices, point_last, wait_until, write_run_status
 
-from lr_config import LaunchSpec, Topology, build_launch, format_command, parse_train_config, save_json, to_dict
+from lr_config import LaunchSpec, Topology, build_launch, format_command, load_run_status, parse_train_config, save_json, to_dict
 from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._app import LrApp
 from lr_tui._run_control import read_launch_record
@@ -149,6 +151,38 @@ async def test_real_subprocess_plan_shows_the_cli_output():
         assert plan.has_class("-error") and plan.border_subtitle == "world size 1, exit 3"
 
 
+TINY_ACT = "--policy.dim_model=32 --policy.dim_feedforward=64 --policy.n_heads=2"
+"""The tiny ACT (about 51k parameters) of the real plan and launch below."""
+
+
+async def test_the_plan_panel_shows_the_real_dry_run(tiny_dataset):
+    """The app's own planner runs the real `lr-engine train --dry_run=true` for what the form
+    says: 2 processes, dp_shard 2, batch 8, the tiny ACT on the tiny dataset."""
+    app = LrApp()  # as `lr-tui` makes it: the default planner runs lr_engine.cli in a subprocess
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        settings = {"nproc_per_node": "2", "dp_shard": "2", "batch_size": "8", "dataset_root": str(tiny_dataset), "extra": TINY_ACT}
+        for key, value in settings.items():  # at once: one plan for them (typing is covered above)
+            app.launch_view.rows[key].set_value(value)
+        topology = "FSDP2 dp_replicate=1 dp_shard=2 world=2"  # dp_shard left to auto is DDP for 2
+        await wait_until(pilot, lambda: topology in panel_text(app, "#plan"), timeout=120, what="the dry run's plan")
+        plan = app.query_one("#plan", TextPanel)
+        lines = plan.text.splitlines()
+        assert lines[:2] == [
+            "lr-engine dry run: 2 processes, nothing will be trained",
+            f"batch_size 8 x dp_world_size 2 x grad_accum 1 = effective batch 16 (topology: {topology})",
+        ], plan.text
+        params = re.fullmatch(r"policy act: ([\d,]+) parameters \(\1 trainable\)", lines[2])
+        assert params is not None and int(params[1].replace(",", "")) < 100_000, lines[2]  # the tiny ACT, not the default 1M
+        assert lines[3] == "FSDP units (the policy's _fsdp_wrap_modules): 5, then the root"
+        assert [line.split()[:2] for line in lines[4:9]] == [
+            ["vae_encoder.0", "ACTEncoderLayer"], ["vae_encoder.1", "ACTEncoderLayer"], ["encoder.0", "ACTEncoderLayer"],
+            ["encoder.1", "ACTEncoderLayer"], ["decoder.0", "ACTDecoderLayer"],
+        ]
+        assert lines[-1].startswith("per-rank memory estimate (fp32 master weights, adamw): parameters ")
+        assert plan.border_subtitle == "world size 2" and not plan.has_class("-error")
+
+
 async def test_copy_puts_the_exact_command_on_the_clipboard():
     app = LrApp(plan_runner=None)
     async with app.run_test(size=SIZE) as pilot:
@@ -205,6 +239,48 @@ async def test_run_starts_the_command_detached_and_opens_its_monitor(tmp_path, m
         rank_logs = ["--tee=3", f"--log-dir={output_dir}/logs/ranks", "--log-line-prefix-template=[rank${rank}]:"]
         assert argv == [*rank_logs, "--standalone", "--nproc-per-node=1", "-m", "lr_engine.cli", "train", f"--output_dir={output_dir}", "--steps=50"]
         assert "--tee=3" in app.query_one("#preview", TextPanel).text  # what ran is what the preview showed
+
+
+@pytest.mark.multiprocess
+async def test_run_starts_real_torchrun_and_the_monitor_follows_it_to_the_end(tiny_dataset, tmp_path, monkeypatch):
+    """Ctrl+r starts the venv's real `torchrun`: 2 processes (FSDP2) train the tiny ACT for 4
+    steps on the tiny dataset; the Monitor shows the metrics and the finished run."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "run"
+    app = LrApp(plan_runner=None, poll_interval=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        rows = app.launch_view.rows
+        settings = {"nproc_per_node": "2", "dp_shard": "2", "dataset_root": str(tiny_dataset), "steps": "4", "batch_size": "4",
+                    "output_dir": str(out), "extra": f"{TINY_ACT} --log_freq=1"}
+        for key, value in settings.items():
+            rows[key].set_value(value)
+        await pilot.pause()
+        assert app.launch_view.plan.ok, app.launch_view.plan.problems
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        monitor = app.monitor_view
+        process = monitor.process
+        assert process is not None and monitor.run_dir == out and app.query_one("#views").active == "monitor"
+        try:
+            await wait_until(pilot, lambda: process.poll() is not None, timeout=300, what="the launch to end")
+            log = (out / "logs" / "launch.log").read_text()
+            assert process.returncode == 0, log[-3000:]
+            await wait_until(pilot, lambda: monitor.summary is not None and monitor.summary.state == "finished" and len(monitor.records) == 4,
+                             timeout=60, what="the Monitor to show the finished run")
+            assert str(monitor.query_one("#run-status").render()).startswith("finished   step 4/4 (100%)")
+            assert [r.step for r in monitor.records] == [1, 2, 3, 4]
+            runs = monitor.query_one("#runs")
+            assert [str(cell) for cell in runs.get_row(str(out))[:3]] == [str(out), "finished", "4/4"]
+        finally:
+            end(process.pid)
+            process.wait(timeout=60)
+    assert load_run_status(out / "run.json").status == "finished"
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    assert os.readlink(out / "checkpoints" / "last") == "000004"
+    banner = "batch_size 4 x dp_world_size 2 x grad_accum 1 = effective batch 8 (topology: FSDP2 dp_replicate=1 dp_shard=2 world=2)"
+    assert f"[rank0]:{banner}" in log.splitlines()  # the form's layout, with the TUI's rank prefix on the log
 
 
 async def test_slurm_run_saves_the_script_and_creates_the_log_folder(tmp_path, monkeypatch):

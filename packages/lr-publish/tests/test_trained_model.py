@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import peft
 import pytest
 import torch
 from huggingface_hub import ModelCard
@@ -55,7 +56,6 @@ def test_fsdp2_two_ranks_publish_once_from_the_main_rank(hub_server, hub_env, ck
 
 
 def test_lora_model_publishes_adapter_files(hub_server, hub_env, ckpts, tmp_path):
-    peft = pytest.importorskip("peft")
     base = tmp_path / "base_policy"
     base.mkdir()
     model = peft.get_peft_model(_toy_model(), peft.LoraConfig(r=2, target_modules=["0", "2"]))
