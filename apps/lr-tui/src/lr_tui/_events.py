@@ -98,6 +98,7 @@ _SIGNAL_ADVICE = {
 _EXIT_ADVICE = {
     1: "it raised a Python exception: read its traceback above",
     2: "lr-engine refused a setting: read its 'lr-engine: error:' line above and fix that flag",
+    3: "it stopped on request at an update and saved its checkpoint: resume it (Monitor: r)",
     130: "it was interrupted by a second stop signal",
 }
 

@@ -3,7 +3,8 @@
 Public API, the names in `__all__` (the underscore submodules are implementation; `cli` is
 the `lr-engine` command):
 
-- `train(cfg, ctx)` / `init_distributed(cfg)`: what `lr-engine train` runs on every rank;
+- `train(cfg, ctx)` / `init_distributed(cfg)`: what `lr-engine train` runs on every rank (`train`
+  returns a `TrainResult`: the run folder, whether it stopped on request, the last step);
 - `plan_lines(cfg, world_size)`: the `--dry_run` plan as text;
 - `make_policy`, `load_pretrained`, `save_pretrained`, `Policy`: the policies (`act`, `mlp`);
 - `LeRobotDataset`, `make_demo_dataset`, `resolve_dataset_root`: LeRobot v3 data;

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import random
+import signal
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -223,10 +224,18 @@ def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None,
         # Its own generator: creating the iterator must not draw from the global RNG, or a
         # resumed run (which creates it after restoring the RNG) would diverge.
         generator=torch.Generator().manual_seed(cfg.seed),
+        worker_init_fn=ignore_interrupts,
     )
     assert cfg.policy.input_features is not None and cfg.policy.output_features is not None
     pre, post = make_processors(cfg.policy.input_features, cfg.policy.output_features, dict(cfg.policy.normalization_mapping), dataset.meta.stats)
     return Data(dataset=dataset, sampler=sampler, loader=loader, pre=pre, post=post, exact_position=exact)
+
+
+def ignore_interrupts(worker_id: int) -> None:
+    """In each DataLoader worker: Ctrl+C reaches every process of the terminal's foreground group,
+    and a worker that took it would exit and fail the main process's next batch, so a clean stop
+    (decided by the main process, which then shuts its workers down) would crash instead."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def seed_everything(seed: int) -> None:

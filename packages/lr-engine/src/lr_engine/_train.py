@@ -38,6 +38,7 @@ from lr_config import (
 from torch import nn
 
 from . import _checkpointing as checkpointing
+from ._launcher import LAUNCH_COMMAND_ENV
 from ._metrics import MetricsSink, MetricsWindow, keep_records_through
 from ._optim import clip_and_norm, lr_at, make_optimizer, set_lr
 from ._parallel.dist import DistContext
@@ -409,8 +410,34 @@ class StopRequest:
             self.pending = None
 
 
-def train(cfg: TrainConfig, ctx: DistContext) -> Path:
-    """Train on every rank; returns the output dir. Raises on failure (the CLI reports it)."""
+@dataclass(frozen=True)
+class TrainResult:
+    """How `train` ended on this rank: the run folder, whether it stopped on request (SIGINT/SIGTERM,
+    final checkpoint saved) rather than finishing its --steps, and the last loop step run."""
+
+    output_dir: Path
+    stopped: bool
+    step: int
+
+
+def resume_hint(run: Run, step: int) -> str:
+    """The line that says how to go on from the run's last checkpoint: the command that resumes a
+    stopped run, or that trains a finished one longer (a resume needs --steps above its step)."""
+    launcher = "lr-engine train"
+    if os.environ.get(LAUNCH_COMMAND_ENV):  # started by `lr-engine launch`, which says how
+        launcher = f"{os.environ[LAUNCH_COMMAND_ENV]} train"
+    elif run.ctx.distributed:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", run.ctx.world_size))
+        nodes = run.ctx.world_size // max(local, 1)
+        launcher = f"torchrun --nproc-per-node={local} -m lr_engine.cli train" if nodes == 1 else "<the same launcher on each node> lr-engine train"
+    command = f"{launcher} --resume=true --config_path={run.output_dir / 'checkpoints' / 'last'}"
+    if run.stopped:
+        return f"resume with: {command}"
+    return f"train longer with: {command} --steps={2 * run.cfg.steps}   (any --steps above {step})"
+
+
+def train(cfg: TrainConfig, ctx: DistContext) -> TrainResult:
+    """Train on every rank. Raises on failure (the CLI reports it)."""
     run = build_run(cfg, ctx)
     start_files(run)
     banner(run)
@@ -425,4 +452,6 @@ def train(cfg: TrainConfig, ctx: DistContext) -> Path:
         checkpointing.publish(run, last)
     saved = f"checkpoints in {run.output_dir / 'checkpoints'}" if cfg.save_checkpoint else "no checkpoints (--save_checkpoint=false)"
     log(ctx, f"done: {saved}, metrics in {run.output_dir / 'metrics.jsonl'}, model in {run.output_dir / 'pretrained_model'}")
-    return run.output_dir
+    if cfg.save_checkpoint:
+        log(ctx, resume_hint(run, last))
+    return TrainResult(output_dir=run.output_dir, stopped=run.stopped, step=last)

@@ -1,7 +1,13 @@
 """`lr-engine train [--flags]`: the training entry point, single process or under torchrun.
 
-Exit codes: 0 done; 2 a problem the user can fix (a flag, a value, a file; one clear
-message, no traceback, nothing written before the check); 1 anything else (traceback).
+Exit codes (the same on every rank, so a launcher's code says the same):
+- 0: finished its --steps;
+- 1: failed (a bug, a crashed peer, a full disk, ...; a traceback or the error);
+- 2: a problem the user can fix (a flag, a value, a file; one clear message, no traceback,
+  nothing written before the check);
+- 3: stopped on request (SIGINT/SIGTERM) at an update boundary, the final checkpoint saved:
+  the run can be resumed (the last line printed says how);
+- 130: interrupted by a second signal, without a clean stop.
 Order: parse flags, then the accelerate environment guard, then validation (the rules
 that need no world size before torch is imported, then the launched world size), then
 work. Every rank of a multi-process run ends through `parallel.dist.finish` (the
@@ -16,9 +22,14 @@ import sys
 import time
 import traceback
 
-from lr_config import ConfigError, check_accelerate_env, did_you_mean, format_help, parse_train_config, validate
+from lr_config import VERSION_FLAG, ConfigError, check_accelerate_env, did_you_mean, format_help, parse_train_config, validate, versions_text
 
-USAGE = "usage: lr-engine train [--name=value ...]   (lr-engine train --help lists every flag)"
+from ._streams import guard_streams
+
+EXIT_STOPPED = 3
+
+USAGE = """usage: lr-engine train [--name=value ...]   (lr-engine train --help lists every flag)
+       lr-engine launch [torchrun options] train [--name=value ...]   (torchrun, quietly, with lr's exit codes)"""
 
 
 _PEER_GRACE_S = 10.0
@@ -47,11 +58,18 @@ def _config_error(message: str) -> None:
 
 
 def _command(argv: list[str]) -> list[str] | int:
+    if VERSION_FLAG in argv[:2]:  # `lr-engine --version` or `lr-engine train --version`; --version=N is the schema field
+        print(versions_text("lr-engine"))
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "launch":
+        from ._launcher import launch
+
+        return launch(argv[1:])
     if argv[0] != "train":
-        _error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], ['train'])}\n{USAGE}")
+        _error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], ['train', 'launch'])}\n{USAGE}")
         return 2
     return argv[1:]
 
@@ -81,21 +99,26 @@ def run(argv: list[str]) -> int:
         ctx = init_distributed(cfg)
         from ._train import train
 
-        train(cfg, ctx)
+        if train(cfg, ctx).stopped:
+            return EXIT_STOPPED
     except ConfigError as exc:
         _config_error(str(exc))
         return 2
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
-    except Exception:
+    except Exception as exc:
         traceback.print_exc()
         sys.stderr.flush()
+        from ._launcher import record_failure
+
+        record_failure(int(os.environ.get("RANK", "0")), exc)
         return 1
     return 0
 
 
 def main(argv: list[str] | None = None) -> None:
+    guard_streams()  # a reader of stdout/stderr that goes away (`| tee` killed by the same Ctrl+C) never fails the run
     code = run(sys.argv[1:] if argv is None else argv)
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():

@@ -123,8 +123,9 @@ def launcher_world() -> tuple[int, int, int, int]:
     return world, rank, local_rank, nnodes
 
 
-def init_distributed(cfg: TrainConfig) -> DistContext:
-    world, rank, local_rank, nnodes = launcher_world()
+def validate_for_world(cfg: TrainConfig, world: int, nnodes: int) -> Topology:
+    """`validate` for the launched world (ConfigError naming the flags otherwise); a resume's
+    degrees come from its checkpoint, and the error says so."""
     try:
         topo = validate(cfg, world_size=world, nnodes=nnodes)
     except ConfigError as exc:
@@ -135,6 +136,12 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
             ) from None
         raise
     assert topo is not None
+    return topo
+
+
+def init_distributed(cfg: TrainConfig) -> DistContext:
+    world, rank, local_rank, nnodes = launcher_world()
+    topo = validate_for_world(cfg, world, nnodes)
     device = best_device(cfg.policy.device, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
