@@ -20,7 +20,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from lr_config import LaunchSpec
+from lr_config import VERSION_FLAG, LaunchSpec, versions_text
 
 from ._hardware import HardwareSource, HostHardware
 from ._keymap import APP_BINDINGS
@@ -210,7 +210,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="lr-tui", description=__doc__.splitlines()[0])
     parser.add_argument("output_dir", nargs="*", type=Path, help="run folders to list in the Monitor (the first is watched)")
     parser.add_argument("--stop-grace", type=float, default=30.0, help="seconds from SIGINT to SIGTERM when stopping a run (default 30)")
+    parser.add_argument(VERSION_FLAG, action="store_true", help="print the versions of lr's packages and exit")
     args = parser.parse_args(argv)
+    if args.version:
+        print(versions_text("lr-tui"))
+        return
     for run_dir in args.output_dir:  # a folder not made yet is fine: the Monitor waits for the run to start
         if run_dir.exists() and not run_dir.is_dir():
             parser.error(f"{run_dir} is a file, not a run folder; pass a run's output_dir (the folder of its run.json and metrics.jsonl)")

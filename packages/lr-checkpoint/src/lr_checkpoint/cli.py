@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lr_config import ConfigError, check_repo_id, did_you_mean, split_flags
+from lr_config import VERSION_FLAG, ConfigError, check_repo_id, did_you_mean, split_flags, versions_text
 
 from ._convert_check import check_convert_request
 from ._inspect import inspect_checkpoint
@@ -211,6 +211,9 @@ def _parse(command: Command, name: str, args: Sequence[str]) -> dict[str, str]:
 
 def run(argv: Sequence[str]) -> int:
     """Run one command; ConfigError (and CheckpointError) propagate to `main`."""
+    if VERSION_FLAG in argv[:2]:
+        print(versions_text(PROG))
+        return 0
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0

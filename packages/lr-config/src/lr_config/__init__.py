@@ -53,6 +53,7 @@ from ._files import (
     holds_a_run,
     load_adapter_base,
     load_checksums,
+    load_train_config,
     load_run_status,
     load_training_step,
     parse_metrics_line,
@@ -69,8 +70,11 @@ from ._resume import build_resume_launch, resume_config, resume_config_path, res
 from ._serde import from_dict, load_json, make_converter, save_json, to_dict
 from ._topology import Topology, banner_line, effective_batch, resolve_topology
 from ._validate import DEVICE_KINDS, check_repo_id, device_problem, validate
+from ._versions import VERSION_FLAG, versions_text
 
 __all__ = [
+    "VERSION_FLAG",
+    "versions_text",
     "ADAPTER_BASE_VERSION",
     "AdapterBase",
     "ALLOW_ENV",
@@ -127,6 +131,7 @@ __all__ = [
     "holds_a_run",
     "load_adapter_base",
     "load_checksums",
+    "load_train_config",
     "load_policy_config",
     "load_json",
     "load_run_status",

@@ -2,7 +2,8 @@
 
 The policy is built on the meta device (no memory, no weights read), the topology is
 resolved for N processes, and the FSDP units are chosen exactly as a real run would
-choose them, so every start-up error a run would hit on layout shows here, exit 2. The
+choose them, so every start-up error a run would hit on layout shows here, exit 2; so does
+a `--policy.device` this machine lacks. The
 memory estimate is per rank, fp32 master weights: parameters and gradients (sharded
 1/dp_shard per parameter, rounded up as FSDP2 pads dim 0; ignored modules whole) and the
 optimizer's state (AdamW/Adam: 2 tensors per trainable parameter; SGD: 1).
@@ -18,6 +19,7 @@ from lr_config import ConfigError, DEMO_REPO_ID, TrainConfig, banner_line, valid
 from torch import nn
 
 from ._data.dataset import demo_meta_without_files, load_meta, resolve_dataset_root
+from ._parallel.dist import requested_device
 from ._parallel.wrap import WrapPlan, plan_wrap
 from ._policies.base import make_policy
 from ._setup import policy_type
@@ -108,5 +110,7 @@ def dry_run(cfg: TrainConfig) -> int:
     world = cfg.world_size or int(os.environ.get("WORLD_SIZE", "1"))
     if world < 1:
         raise ConfigError(f"--world_size: must be >= 1, got {world}")
+    if cfg.policy.device:  # as the run would: a device this machine lacks is refused here too
+        requested_device(cfg.policy.device, 0)
     print("\n".join(plan_lines(cfg, world)), flush=True)
     return 0

@@ -19,7 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
-from lr_config import ConfigError, did_you_mean, split_flags
+from lr_config import VERSION_FLAG, ConfigError, did_you_mean, split_flags, versions_text
 
 from ._errors import PublishError
 from ._publish import publish_checkpoint, publish_folder
@@ -97,6 +97,9 @@ def _log_to_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if VERSION_FLAG in args:
+        print(versions_text("lr-publish"))
+        return 0
     if "--help" in args or "-h" in args:
         print(usage())
         return 0
