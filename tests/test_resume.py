@@ -9,6 +9,7 @@ on the same topology; losses within 1e-5 on another topology with the same globa
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from _support.metrics import grad_norms, losses, records
 from _support.procs import run_cli, run_torchrun
 from _support.runs import TINY as TINY_RUN_FLAGS
 from _support.runs import TinyRun, copy_run, tree_digest
@@ -71,10 +73,6 @@ def resume(root: Path, source: Path, name: str, layout: str, *extra: str) -> Pat
     return out
 
 
-def losses(run: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
 def _dcp_tensors(folder: Path) -> dict[str, torch.Tensor]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
@@ -97,7 +95,9 @@ def final_state(run: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Ten
 
 
 def assert_bit_exact(a: Path, b: Path) -> None:
+    assert len(losses(a)) == 8 and len(losses(b)) == 4, (losses(a), losses(b))
     assert losses(a)[4:] == losses(b), (losses(a), losses(b))
+    assert grad_norms(a)[4:] == grad_norms(b), (grad_norms(a), grad_norms(b))
     (ma, oa), (mb, ob) = final_state(a), final_state(b)
     assert ma.keys() == mb.keys() and oa.keys() == ob.keys() and oa
     for key in ma:
@@ -162,7 +162,9 @@ def test_resume_onto_another_topology_continues_the_loss(sources: dict[str, Path
     base = sources[source]
     fmt = ["--checkpoint_format=safetensors"] if LAYOUTS[target][0] == 1 or target == "ddp" else []
     moved = resume(root, base, f"{source}-to-{target}", target, *fmt)
+    assert len(losses(moved)) == 4
     assert losses(moved) == pytest.approx(losses(base)[4:], rel=1e-5)
+    assert grad_norms(moved) == pytest.approx(grad_norms(base)[4:], rel=1e-5)
     (ma, _), (mb, _) = final_state(base), final_state(moved)
     for key in ma:
         torch.testing.assert_close(mb[key], ma[key], rtol=1e-4, atol=1e-5)
@@ -306,3 +308,34 @@ def test_a_full_fine_tune_resumes_after_its_base_is_gone(tiny_run: TinyRun, tmp_
     again = tmp_path / "again"
     launch(1, ["train", "--resume=true", f"--config_path={tuned / 'checkpoints' / '000002'}", f"--output_dir={again}"])
     assert losses(again) == losses(tuned)[2:]  # the checkpoint's weights, RNG and data position: bit-exact
+
+
+def test_a_resume_with_more_steps_says_how_the_lr_schedule_changes_and_decay_steps_keeps_it(root: Path, demo_dataset: Path) -> None:
+    """A cosine schedule decays over --steps: resuming step 4 of an 8-step run with --steps=12 once
+    changed the lr silently (the changed settings listed no --steps). The warning names it with the
+    lr at the resumed step before and after; --scheduler.decay_steps=8 keeps the checkpoint's
+    schedule and trains on at its final lr."""
+    common = [f"--dataset.root={demo_dataset}", "--policy.type=mlp", "--log_freq=1", "--save_freq=4", "--scheduler.type=cosine",
+              "--scheduler.warmup_steps=0", "--optimizer.lr=0.001", "--scheduler.min_lr_ratio=0.1"]
+    source = root / "cosine"
+    launch(1, ["train", f"--output_dir={source}", *common, "--steps=8"])
+    planned = [r["lr"] for r in records(source)]
+    step4 = source / "checkpoints" / "000004"
+
+    longer = root / "cosine-longer"
+    printed = launch(1, ["train", "--resume=true", f"--config_path={step4}", f"--output_dir={longer}", "--steps=12"])
+    changed = next(line for line in printed.splitlines() if line.startswith("warning: resuming"))
+    assert "steps 8 -> 12" in changed, changed
+    before, after = 0.0001 + 0.0009 * 0.5 * (1 + math.cos(math.pi * 4 / 8)), 0.0001 + 0.0009 * 0.5 * (1 + math.cos(math.pi * 4 / 12))
+    assert f"warning: --steps 8 -> 12 changes the learning-rate schedule (its cosine decay ends at --steps): the lr at step 4 was " \
+           f"{before:.2e} and is now {after:.2e}. To keep the checkpoint's schedule and train on at its final lr (1.00e-04) after " \
+           "step 8, add --scheduler.decay_steps=8" in printed.splitlines()
+    assert [r["step"] for r in records(longer)] == [5, 6, 7, 8, 9, 10, 11, 12]
+    assert records(longer)[0]["lr"] == pytest.approx(after) and after != pytest.approx(planned[4])
+
+    kept = root / "cosine-kept"
+    printed = launch(1, ["train", "--resume=true", f"--config_path={step4}", f"--output_dir={kept}", "--steps=12",
+                         "--scheduler.decay_steps=8"])
+    assert not any(line.startswith("warning: --steps") for line in printed.splitlines())
+    lrs = [r["lr"] for r in records(kept)]
+    assert lrs[:4] == pytest.approx(planned[4:]) and lrs[4:] == pytest.approx([0.0001] * 4)

@@ -17,12 +17,16 @@ from lr_config import (
     ConfigError,
     MetricsRecord,
     RunStatus,
+    SchedulerConfig,
     Topology,
+    TrainConfig,
     TrainingStep,
     load_run_status,
+    load_train_config,
     load_training_step,
     parse_metrics_line,
     read_metrics,
+    save_json,
     save_run_status,
     save_training_step,
     to_dict,
@@ -305,3 +309,18 @@ def test_saved_files_get_the_umask_mode_not_a_private_one(tmp_path: Path) -> Non
         os.umask(old)
     assert (tmp_path / "training_step.json").stat().st_mode & 0o777 == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["training_step.json"]
+
+
+def test_a_version_1_train_config_is_upgraded_with_the_schedule_it_had(tmp_path: Path) -> None:
+    """Version 1 had no scheduler.decay_steps (its decay ended at --steps, which None means);
+    a file without it that claims version 2 is incomplete."""
+    path = tmp_path / "train_config.json"
+    cfg = TrainConfig(steps=40, scheduler=SchedulerConfig(type="cosine"))
+    save_json(path, to_dict(cfg))
+    data = json.loads(path.read_text())
+    del data["scheduler"]["decay_steps"]
+    path.write_text(json.dumps({**data, "version": 1}))
+    assert load_train_config(path) == cfg
+    path.write_text(json.dumps({**data, "version": 2}))
+    with pytest.raises(ConfigError, match="incomplete file, missing --scheduler.decay_steps"):
+        load_train_config(path)

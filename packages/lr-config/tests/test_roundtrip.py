@@ -32,7 +32,8 @@ from lr_config import (
     config_to_flags,
     format_command,
     from_dict,
-    load_json,
+    TRAIN_CONFIG_VERSION,
+    load_train_config,
     parse_train_config,
     policy_config_dict,
     save_json,
@@ -184,8 +185,9 @@ def train_configs(draw: st.DrawFn, config_path: bool = True) -> TrainConfig:
         ),
         scheduler=SchedulerConfig(
             type=draw(st.sampled_from(["cosine", "linear", "constant"])),
-            warmup_steps=draw(nonneg),
+            warmup_steps=(warmup := draw(nonneg)),
             min_lr_ratio=draw(st.floats(min_value=0, max_value=1)),
+            decay_steps=draw(opt(st.integers(warmup + 1, warmup + 10**6))),
         ),
         parallelism=ParallelismConfig(dp_replicate=draw(opt(st.integers(1, 64))), dp_shard=draw(opt(st.integers(-1, 64).filter(bool)))),
         accelerator=AcceleratorConfig(
@@ -240,7 +242,7 @@ def test_generated_configs_round_trip_through_dict_and_json(cfg: TrainConfig) ->
     assert validate(cfg) is None  # the strategy builds valid configs, and validate accepts them
     data = to_dict(cfg)
     assert actual_shape(data) == expected_shape(cfg)  # every field, recursively, defaults included
-    assert data["version"] == 1
+    assert data["version"] == TRAIN_CONFIG_VERSION
     assert data["policy"]["type"] == cfg.policy.type_name
     assert from_dict(TrainConfig, json.loads(json.dumps(data))) == cfg
     # A wrong type and an unknown key anywhere are refused, each named by its flag path.
@@ -257,7 +259,7 @@ def test_generated_configs_round_trip_through_dict_and_json(cfg: TrainConfig) ->
 def test_save_and_load_json_round_trip(tmp_path: Path) -> None:
     cfg = parse_train_config(["--policy.type=mlp", "--output_dir=/runs/x", '--accelerator.fsdp.wrap_modules=["Block"]'])
     save_json(tmp_path / "train_config.json", to_dict(cfg))
-    assert load_json(tmp_path / "train_config.json", TrainConfig, current_version=1) == cfg
+    assert load_train_config(tmp_path / "train_config.json") == cfg
 
 
 @pytest.mark.parametrize("policy", [ACTConfig(), MLPConfig()])

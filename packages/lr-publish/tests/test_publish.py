@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
-from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, banner_line, load_json
+from lr_config import ConfigError, banner_line, load_train_config
 from lr_publish import (
     HubPushError,
     HubUnavailableError,
@@ -89,7 +89,7 @@ def test_model_card_metadata_and_body(hub_server, hub_env, ckpts):
     assert meta["tags"] == ["act", "lr", "robotics"]
     assert meta["datasets"] == ["lr-test/reach_dataset"]
     assert "base_model" not in meta
-    cfg = load_json(step_dir / "pretrained_model" / "train_config.json", TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    cfg = load_train_config(step_dir / "pretrained_model" / "train_config.json")
     body = card.text
     assert banner_line(cfg, ckpts.topology) in body
     assert "batch_size 8 x dp_world_size 4 x grad_accum 1 = effective batch 32" in body

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json
+from lr_config import ConfigError, TrainingStep, load_train_config
 from safetensors import safe_open
 
 from ._checksums import checksum_problems
@@ -83,7 +83,7 @@ def _required(files: StepFiles, fmt: str | None) -> list[Path]:
 def _check_json_files(files: StepFiles, problems: list[str]) -> TrainingStep | None:
     step: list[TrainingStep] = []
     _collect(problems, lambda: step.append(read_training_step(files.root)))
-    _collect(problems, lambda: load_json(files.train_config, TrainConfig, current_version=TRAIN_CONFIG_VERSION))
+    _collect(problems, lambda: load_train_config(files.train_config))
     for path in (files.config, files.scheduler):
         _collect(problems, lambda p=path: read_json_object(p))  # type: ignore[misc]
     if files.scaler.exists() or (step and step[0].precision == "fp16"):

@@ -46,7 +46,8 @@ __all__ = [
     "POLICY_TYPES",
 ]
 
-TRAIN_CONFIG_VERSION = 1
+TRAIN_CONFIG_VERSION = 2
+"""train_config.json's version: 2 added `scheduler.decay_steps` (version 1 files are upgraded on load)."""
 DEMO_REPO_ID = "lr/demo_reach2d"
 CHECKPOINT_FORMATS = ("safetensors", "dcp", "safetensors_dcp")
 
@@ -169,6 +170,11 @@ class SchedulerConfig:
     type: Literal["cosine", "linear", "constant"] = doc("cosine", "Decay after warmup.")
     warmup_steps: int = doc(20, "Linear warmup, in loop steps.")
     min_lr_ratio: float = doc(0.1, "Final lr as a fraction of the peak (cosine, linear).")
+    decay_steps: int | None = doc(
+        None,
+        "Loop steps the decay ends at (cosine, linear); --steps when unset. Past it the lr stays at its final value: a resume "
+        "with more --steps keeps its checkpoint's schedule when this is the old --steps.",
+    )
 
 
 @dataclass

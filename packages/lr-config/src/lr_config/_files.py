@@ -7,6 +7,7 @@
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
 | `adapter_base.json`   | `AdapterBase`  | engine (main rank), in a LoRA run's checkpoints and final model: the base its adapters belong to |
+| `train_config.json`   | `TrainConfig`  | engine, in each run and checkpoint; version 2 (`TRAIN_CONFIG_VERSION`), version 1 upgraded on load (`load_train_config`) |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics` (`parse_metrics_line`
 for one line), which refuse unknown keys and versions, and missing fields (lr writes every
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ._configs import TRAIN_CONFIG_VERSION, TrainConfig
 from ._errors import ConfigError
 from ._serde import check_complete, from_dict, load_json, save_json, to_dict
 from ._topology import Topology
@@ -38,6 +40,7 @@ __all__ = [
     "holds_a_run",
     "load_adapter_base",
     "load_checksums",
+    "load_train_config",
     "load_run_status",
     "load_training_step",
     "parse_metrics_line",
@@ -241,3 +244,16 @@ def holds_a_run(out: Path) -> bool:
     if not out.is_dir():
         return False
     return any(not (entry.name == "logs" and entry.is_dir()) and entry.suffix != ".slurm" for entry in out.iterdir())
+
+
+def _train_config_from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no `scheduler.decay_steps`: its decay always ended at --steps (None)."""
+    scheduler = data.get("scheduler")
+    if isinstance(scheduler, dict):
+        scheduler = {**scheduler, "decay_steps": scheduler.get("decay_steps")}
+    return {**data, "scheduler": scheduler, "version": 2}
+
+
+def load_train_config(path: Path) -> TrainConfig:
+    """Read a train_config.json (every field, unknown keys refused); version 1 is upgraded."""
+    return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION, upgrades={1: _train_config_from_v1})

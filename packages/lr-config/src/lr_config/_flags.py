@@ -34,10 +34,11 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from ._configs import POLICY_TYPES, PolicyConfigBase, TrainConfig, TRAIN_CONFIG_VERSION
+from ._configs import POLICY_TYPES, PolicyConfigBase, TrainConfig
 from ._errors import ConfigError, did_you_mean
+from ._files import load_train_config
 from ._policy_file import load_policy_config
-from ._serde import from_dict, hints, load_json, to_dict
+from ._serde import from_dict, hints, to_dict
 
 __all__ = ["all_flag_paths", "field_names_at", "format_help", "parse_train_config", "split_flags"]
 
@@ -234,7 +235,7 @@ def _load_config_file(path: Path, config_path: str) -> TrainConfig:
     """The TrainConfig in `path`; a file that is not one, under the name of another file lr
     writes (a preset may be called config.json and load fine), is named for what it is."""
     try:
-        return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+        return load_train_config(path)
     except ConfigError:
         if path.name not in _NOT_A_TRAIN_CONFIG:
             raise

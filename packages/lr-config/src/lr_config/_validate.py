@@ -15,7 +15,7 @@ from typing import Any
 
 from ._configs import TRAIN_CONFIG_VERSION, ACTConfig, FSDPConfig, TrainConfig
 from ._errors import ConfigError, did_you_mean
-from ._serde import load_json
+from ._files import load_train_config
 from ._topology import Topology, _check_degrees, resolve_topology
 
 __all__ = ["DEVICE_KINDS", "check_repo_id", "device_problem", "validate"]
@@ -105,6 +105,11 @@ def _scalar_rules(cfg: TrainConfig) -> list[str]:
     _positive(p, "scheduler.warmup_steps", cfg.scheduler.warmup_steps, 0)
     if not 0 <= cfg.scheduler.min_lr_ratio <= 1:
         p.append(f"--scheduler.min_lr_ratio: must be in [0, 1], got {cfg.scheduler.min_lr_ratio}")
+    if cfg.scheduler.decay_steps is not None and cfg.scheduler.decay_steps <= cfg.scheduler.warmup_steps:
+        p.append(
+            f"--scheduler.decay_steps: must be above --scheduler.warmup_steps ({cfg.scheduler.warmup_steps}), got "
+            f"{cfg.scheduler.decay_steps}; leave it unset to decay over --steps"
+        )
     if cfg.dataset.episodes is not None and (
         any(e < 0 for e in cfg.dataset.episodes) or len(set(cfg.dataset.episodes)) != len(cfg.dataset.episodes)
     ):
@@ -196,7 +201,7 @@ def _file_fsdp(cfg: TrainConfig) -> FSDPConfig:
     if cfg.config_path is None:
         return FSDPConfig()
     try:
-        return load_json(cfg.config_path, TrainConfig, current_version=TRAIN_CONFIG_VERSION).accelerator.fsdp
+        return load_train_config(cfg.config_path).accelerator.fsdp
     except (ConfigError, OSError):
         return FSDPConfig()
 

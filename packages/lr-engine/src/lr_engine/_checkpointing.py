@@ -28,9 +28,9 @@ from lr_checkpoint import (
     wait_for_staging,
     write_tensor_dict,
 )
-from lr_config import TRAIN_CONFIG_VERSION, ConfigError, TrainConfig, TrainingStep, load_json, policy_config_dict, resume_problems, save_json, to_dict
+from lr_config import ConfigError, TrainConfig, TrainingStep, load_train_config, policy_config_dict, resume_problems, save_json, to_dict
 
-from ._optim import apply_hyperparameters
+from ._optim import apply_hyperparameters, decay_end, lr_at
 from ._parallel.dist import DistContext, barrier
 from ._processors import save_processors
 from ._setup import broadcast_object, dataset_changes
@@ -61,7 +61,7 @@ def read_resume(cfg: TrainConfig) -> Resume:
     """Phase 1: which checkpoint, and its step, schedule and scaler state (no collectives)."""
     assert cfg.config_path is not None
     step_dir = resolve_step_dir(cfg.config_path)
-    saved = load_json(step_dir / "pretrained_model" / "train_config.json", TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    saved = load_train_config(step_dir / "pretrained_model" / "train_config.json")
     if saved.optimizer.type != cfg.optimizer.type:
         raise ConfigError(
             f"--optimizer.type: {step_dir} holds the state of a {saved.optimizer.type} optimizer, which cannot continue as "
@@ -185,10 +185,33 @@ def changed_settings(old: TrainingStep, new: TrainingStep, old_cfg: TrainConfig 
         ("seed", old.seed, new.seed),
     ]
     if old_cfg is not None and new_cfg is not None:
+        if schedule_end(old_cfg) != schedule_end(new_cfg):  # the decay spans --steps: a new --steps reshapes it
+            pairs.append(("steps", old_cfg.steps, new_cfg.steps))
         for group in ("optimizer", "scheduler", "dataset"):
             before, after = to_dict(getattr(old_cfg, group)), to_dict(getattr(new_cfg, group))
             pairs += [(f"{group}.{key}", before[key], after[key]) for key in after if key in before]
     return [f"{name} {a} -> {b}" for name, a, b in pairs if a != b]
+
+
+def schedule_end(cfg: TrainConfig) -> int | None:
+    """The loop step a decaying LR schedule ends at (None for a constant one)."""
+    return None if cfg.scheduler.type == "constant" else decay_end(cfg.steps, cfg.scheduler)
+
+
+def schedule_warning(old: TrainConfig, new: TrainConfig, step: int) -> str | None:
+    """The warning for a resume whose new --steps moves the end of the LR decay, with the LR at
+    the resumed step under both schedules and the flag that keeps the checkpoint's."""
+    if schedule_end(old) == schedule_end(new) or old.steps == new.steps:
+        return None
+    before = lr_at(step, old.steps, old.optimizer, old.scheduler)
+    after = lr_at(step, new.steps, new.optimizer, new.scheduler)
+    keep = decay_end(old.steps, old.scheduler)
+    final = new.optimizer.lr * new.scheduler.min_lr_ratio
+    return (
+        f"warning: --steps {old.steps} -> {new.steps} changes the learning-rate schedule (its {new.scheduler.type} decay ends at "
+        f"--steps): the lr at step {step} was {before:.2e} and is now {after:.2e}. To keep the checkpoint's schedule and train on "
+        f"at its final lr ({final:.2e}) after step {keep}, add --scheduler.decay_steps={keep}"
+    )
 
 
 def warn_changed_settings(run: Run, resume: Resume) -> None:
@@ -206,6 +229,9 @@ def warn_changed_settings(run: Run, resume: Resume) -> None:
         else:
             exact = "not sample-exact (batch_size x dp_world_size changed): continuing at the same epoch, next step boundary"
         print(f"warning: resuming {resume.step_dir} with changed settings: {', '.join(changes)}; data position {exact}", flush=True)
+        schedule = schedule_warning(resume.saved_config, run.cfg, run.start_step)
+        if schedule is not None:
+            print(schedule, flush=True)
 
 
 def _write_pretrained_extras(run: Run, base_record: bool = True) -> Any:

@@ -1,9 +1,10 @@
 """Optimizer, learning-rate schedule and gradient clipping.
 
 The schedule is a pure function of the loop step (linear warmup, then cosine or linear
-decay to `min_lr_ratio`, or constant); it is applied to the optimizer right before each
-update, so it "steps once per loop step" whatever the accumulation or process count, and
-its state is just the step. Nothing scales the LR with the batch.
+decay to `min_lr_ratio`, reached at `--scheduler.decay_steps` or else `--steps` and flat
+after it; or constant); it is applied to the optimizer right before each update, so it
+"steps once per loop step" whatever the accumulation or process count, and its state is
+just the step. Nothing scales the LR with the batch.
 
 `clip_and_norm` computes the global gradient norm (sharded DTensor gradients are reduced
 over their mesh; unsharded ones count once) and clips in place without a host sync.
@@ -42,13 +43,18 @@ def apply_hyperparameters(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig
             group["eps"] = cfg.eps
 
 
+def decay_end(total_steps: int, sched: SchedulerConfig) -> int:
+    """The loop step at which the decay reaches its final lr: --scheduler.decay_steps, else --steps."""
+    return sched.decay_steps if sched.decay_steps is not None else total_steps
+
+
 def lr_at(step: int, total_steps: int, opt: OptimizerConfig, sched: SchedulerConfig) -> float:
     """Learning rate for loop step `step` (0-based)."""
     if sched.warmup_steps and step < sched.warmup_steps:
         return opt.lr * (step + 1) / sched.warmup_steps
     if sched.type == "constant":
         return opt.lr
-    span = max(1, total_steps - sched.warmup_steps)
+    span = max(1, decay_end(total_steps, sched) - sched.warmup_steps)
     progress = min(1.0, (step - sched.warmup_steps) / span)
     floor = opt.lr * sched.min_lr_ratio
     if sched.type == "linear":

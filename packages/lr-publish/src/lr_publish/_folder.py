@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, get_token
-from lr_config import TRAIN_CONFIG_VERSION, FileDigest, TrainConfig, TrainingStep, load_checksums, load_json
+from lr_config import FileDigest, TrainingStep, load_checksums, load_train_config
 from safetensors import safe_open
 from zlib_ng.zlib_ng import crc32
 
@@ -202,7 +202,7 @@ def _link_error(path: Path) -> PublishError:
 
 def write_card(folder: Path, repo_id: str, training_step: TrainingStep) -> None:
     """README.md from the folder's train_config.json (and adapter_config.json for LoRA)."""
-    train_config = load_json(folder / "train_config.json", TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+    train_config = load_train_config(folder / "train_config.json")
     adapter = _read_object(folder / "adapter_config.json") if (folder / "adapter_config.json").exists() else None
     text = model_card(repo_id, train_config=train_config, training_step=training_step, adapter_config=adapter)
     (folder / "README.md").write_text(text, encoding="utf-8")

@@ -33,12 +33,11 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from lr_config import (
-    TRAIN_CONFIG_VERSION,
     ConfigError,
     LaunchSpec,
     TrainConfig,
     holds_a_run,
-    load_json,
+    load_train_config,
     load_training_step,
     save_json,
     to_dict,
@@ -343,7 +342,7 @@ class LaunchView(Horizontal):
             if not path:
                 return
             try:
-                cfg = load_json(Path(path), TrainConfig, current_version=TRAIN_CONFIG_VERSION)
+                cfg = load_train_config(Path(path))
                 # resume and a dry run are requests of a command, never read from a file; and the file holds
                 # every setting resolved, so the form needs no older file it was built on
                 cfg = replace(cfg, resume=False, config_path=None, dry_run=False, world_size=None)
