@@ -24,15 +24,12 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import torch
-from lr_config import DEMO_REPO_ID, ConfigError, DatasetConfig, FeatureSpec
+from lr_config import DEMO_REPO_ID, DatasetConfig, FeatureSpec
 
 from .demo import demo_features, demo_root, ensure_demo_dataset
+from .errors import DatasetError
 
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-
-
-class DatasetError(ConfigError):
-    """A dataset problem the user can fix; names the file or feature."""
 
 
 @dataclass
@@ -86,6 +83,8 @@ def _hub_cache_snapshot(repo_id: str) -> Path | None:
 def resolve_dataset_root(cfg: DatasetConfig, *, create_demo: bool = True) -> Path:
     """The local folder of the dataset, or a DatasetError that says where it looked."""
     if cfg.root is not None:
+        if not Path(cfg.root).exists():
+            raise DatasetError(f"--dataset.root: {cfg.root} does not exist; pass the folder of a LeRobot v3 dataset")
         if not (Path(cfg.root) / "meta" / "info.json").exists():
             raise DatasetError(f"--dataset.root: {cfg.root} is not a LeRobot v3 dataset (no meta/info.json)")
         return Path(cfg.root)

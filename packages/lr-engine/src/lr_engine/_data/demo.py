@@ -3,10 +3,14 @@
 A point agent starts at a random position and moves toward a random target; the expert
 action is the velocity command `clip(gain * (target - agent), -max_speed, max_speed)`.
 Observations: `observation.state` (agent x, y), `observation.environment_state` (target
-x, y) and, optionally, `observation.images.top` (a 32x32 RGB rendering). Action: (vx, vy).
+x, y) and, optionally, `observation.images.top` (a 32x32 RGB rendering; other sizes and more
+cameras on request). Action: (vx, vy).
 
 `make_demo_dataset(root, ...)` writes it deterministically in LeRobot v3's layout (as
-LeRobot 0.6's writer lays it out, images stored as PNG bytes). `ensure_demo_dataset()`
+LeRobot 0.6's writer lays it out, images stored as PNG bytes in the data file, or with
+`video=True` as one AV1 MP4 per camera holding all episodes one after the other, under
+`videos/<key>/chunk-000/file-000.mp4`, with the episodes' `videos/<key>/*` columns and stats
+computed from the decoded frames). `ensure_demo_dataset()`
 makes it once in the cache folder (`$LR_CACHE_DIR`, else `$XDG_CACHE_HOME/lr`, else
 `~/.cache/lr`), written under a temporary name and renamed, so concurrent ranks or a crash
 never leave a half dataset.
@@ -19,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,9 @@ import pyarrow.parquet as pq
 DEMO_VERSION = 1
 FPS = 10
 IMAGE_SIZE = 32
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+VIDEO_G = 2  # LeRobot's defaults: a keyframe every 2 frames, crf 30
+VIDEO_CRF = 30
 _MARKER = f".lr_demo_v{DEMO_VERSION}"
 
 
@@ -60,20 +68,50 @@ def _expert_episode(rng: np.random.Generator, length: int) -> dict[str, np.ndarr
     }
 
 
-def _render(state: np.ndarray, target: np.ndarray) -> bytes:
-    from PIL import Image
+@dataclass(frozen=True)
+class _Cameras:
+    """The image features to write: camera names, frame size, and PNG or video storage."""
 
-    img = np.full((IMAGE_SIZE, IMAGE_SIZE, 3), 24, dtype=np.uint8)
+    names: tuple[str, ...] = ()
+    height: int = IMAGE_SIZE
+    width: int = IMAGE_SIZE
+    video: bool = False
+
+    def keys(self) -> list[str]:
+        return [f"observation.images.{name}" for name in self.names]
+
+
+def _render(state: np.ndarray, target: np.ndarray, cams: _Cameras, camera: int) -> np.ndarray:
+    """The scene as camera `camera` sees it: later cameras look mirrored, on a lighter floor."""
+    img = np.full((cams.height, cams.width, 3), 24 + 40 * (camera % 5), dtype=np.uint8)
+    size = np.array([cams.width - 1, cams.height - 1])
 
     def dot(pos: np.ndarray, color: tuple[int, int, int]) -> None:
-        cx, cy = ((pos + 1.0) / 2.0 * (IMAGE_SIZE - 1)).round().astype(int)
+        cx, cy = ((pos + 1.0) / 2.0 * size).round().astype(int)
         img[max(cy - 1, 0) : cy + 2, max(cx - 1, 0) : cx + 2] = color
 
     dot(target, (40, 220, 60))
     dot(state, (230, 50, 40))
+    return img[:, ::-1].copy() if camera % 2 else img
+
+
+def _png(img: np.ndarray) -> bytes:
+    from PIL import Image
+
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="PNG")
     return buf.getvalue()
+
+
+def _camera_frames(episodes: list[dict[str, np.ndarray]], cams: _Cameras, camera: int) -> np.ndarray:
+    """uint8 (frames, H, W, 3) of one camera over all episodes, in dataset order."""
+    return np.stack(
+        [
+            _render(state, target, cams, camera)
+            for ep in episodes
+            for state, target in zip(ep["observation.state"], ep["observation.environment_state"])
+        ]
+    )
 
 
 def _stats(values: np.ndarray, axis: tuple[int, ...]) -> dict[str, Any]:
@@ -96,26 +134,73 @@ def _vector_feature(dim: int, names: list[str]) -> dict[str, Any]:
     return {"dtype": "float32", "shape": [dim], "names": names}
 
 
-def _features(with_images: bool) -> dict[str, Any]:
+def _video_info(cams: _Cameras) -> dict[str, Any]:
+    """A video feature's `info` block, as LeRobot 0.6.1 writes it for its default encoder."""
+    from .video import SVTAV1_PRESET
+
+    return {
+        "video.height": cams.height,
+        "video.width": cams.width,
+        "video.codec": "av1",
+        "video.pix_fmt": "yuv420p",
+        "video.fps": FPS,
+        "video.channels": 3,
+        "has_audio": False,
+        "video.g": VIDEO_G,
+        "video.crf": VIDEO_CRF,
+        "video.preset": SVTAV1_PRESET,
+        "video.fast_decode": 0,
+        "video.video_backend": "pyav",
+        "video.extra_options": {},
+        "is_depth_map": False,
+    }
+
+
+def _image_feature(cams: _Cameras) -> dict[str, Any]:
+    feat: dict[str, Any] = {
+        "dtype": "video" if cams.video else "image",
+        "shape": [cams.height, cams.width, 3],
+        "names": ["height", "width", "channel"],
+    }
+    if cams.video:
+        feat["info"] = _video_info(cams)
+    return feat
+
+
+def _features(cams: _Cameras) -> dict[str, Any]:
     feats: dict[str, Any] = {
         "observation.state": _vector_feature(2, ["x", "y"]),
         "observation.environment_state": _vector_feature(2, ["target_x", "target_y"]),
         "action": _vector_feature(2, ["vx", "vy"]),
     }
-    if with_images:
-        feats["observation.images.top"] = {
-            "dtype": "image",
-            "shape": [IMAGE_SIZE, IMAGE_SIZE, 3],
-            "names": ["height", "width", "channel"],
-        }
+    for key in cams.keys():
+        feats[key] = _image_feature(cams)
     for name, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"), ("index", "int64"), ("task_index", "int64")):
         feats[name] = {"dtype": dtype, "shape": [1], "names": None}
     return feats
 
 
-def demo_features(with_images: bool = False) -> dict[str, Any]:
+def _cameras(with_images: bool, video: bool, cameras: tuple[str, ...], image_height: int, image_width: int) -> _Cameras:
+    if video and not with_images:
+        raise ValueError("video=True stores the camera images as video: pass with_images=True too")
+    if with_images and (not cameras or len(set(cameras)) != len(cameras)):
+        raise ValueError(f"cameras={cameras!r}: with_images=True needs one or more distinct camera names")
+    if image_height < 8 or image_width < 8:
+        raise ValueError(f"image size {image_height}x{image_width}: both sides must be at least 8 pixels")
+    names = tuple(cameras) if with_images else ()
+    return _Cameras(names=names, height=image_height, width=image_width, video=video)
+
+
+def demo_features(
+    with_images: bool = False,
+    *,
+    video: bool = False,
+    cameras: tuple[str, ...] = ("top",),
+    image_height: int = IMAGE_SIZE,
+    image_width: int = IMAGE_SIZE,
+) -> dict[str, Any]:
     """The demo's `meta/info.json` features, without generating anything."""
-    return _features(with_images)
+    return _features(_cameras(with_images, video, cameras, image_height, image_width))
 
 
 def _episodes(num_episodes: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -123,10 +208,14 @@ def _episodes(num_episodes: int, seed: int) -> list[dict[str, np.ndarray]]:
     return [_expert_episode(rng, int(rng.integers(40, 61))) for _ in range(num_episodes)]
 
 
-def _data_table(episodes: list[dict[str, np.ndarray]], with_images: bool) -> tuple[pa.Table, dict[str, np.ndarray]]:
+def _png_column(frames: np.ndarray) -> pa.Array[Any]:
+    cells = [{"bytes": _png(img), "path": f"frame_{i:06d}.png"} for i, img in enumerate(frames)]
+    return pa.array(cells, pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+
+
+def _data_table(episodes: list[dict[str, np.ndarray]], png_images: dict[str, np.ndarray]) -> tuple[pa.Table, dict[str, np.ndarray]]:
     cols: dict[str, list[Any]] = {k: [] for k in ("timestamp", "frame_index", "episode_index", "index", "task_index")}
     vectors: dict[str, list[np.ndarray]] = {k: [] for k in episodes[0]}
-    images: list[dict[str, Any]] = []
     index = 0
     for ep_idx, ep in enumerate(episodes):
         length = len(ep["action"])
@@ -137,43 +226,81 @@ def _data_table(episodes: list[dict[str, np.ndarray]], with_images: bool) -> tup
             cols["index"].append(index)
             cols["task_index"].append(0)
             index += 1
-            if with_images:
-                png = _render(ep["observation.state"][frame], ep["observation.environment_state"][frame])
-                images.append({"bytes": png, "path": f"frame_{index - 1:06d}.png"})
         for key, value in ep.items():
             vectors[key].append(value)
     stacked = {k: np.concatenate(v) for k, v in vectors.items()}
-    arrays: dict[str, pa.Array] = {}
+    arrays: dict[str, pa.Array[Any]] = {}
     for key, value in stacked.items():
         arrays[key] = pa.FixedSizeListArray.from_arrays(pa.array(value.reshape(-1), pa.float32()), value.shape[1])
-    if with_images:
-        arrays["observation.images.top"] = pa.array(images, pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    for key, frames in png_images.items():
+        arrays[key] = _png_column(frames)
     arrays["timestamp"] = pa.array(cols["timestamp"], pa.float32())
     for key in ("frame_index", "episode_index", "index", "task_index"):
         arrays[key] = pa.array(cols[key], pa.int64())
     return pa.table(arrays), stacked
 
 
-def _image_stats(table: pa.Table) -> dict[str, Any]:
-    from PIL import Image
-
-    pixels = np.stack([np.asarray(Image.open(io.BytesIO(cell["bytes"]))) for cell in table.column("observation.images.top").to_pylist()])
+def _image_stats(pixels: np.ndarray) -> dict[str, Any]:
+    """Per-channel stats of uint8 (N, H, W, 3) frames, shaped (3, 1, 1) as LeRobot's."""
     chw = pixels.astype(np.float32).transpose(0, 3, 1, 2) / 255.0
     stats = _stats(chw, axis=(0, 2, 3))
     return {k: (np.asarray(v).reshape(-1, 1, 1).tolist() if k != "count" else v) for k, v in stats.items()}
 
 
-def make_demo_dataset(root: Path, *, num_episodes: int = 40, seed: int = 0, with_images: bool = False) -> Path:
-    """Write the demo dataset into `root` (which must not exist yet) and return it."""
+def _write_videos(root: Path, frames: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Encode each camera's frames into its LeRobot video file; return the decoded frames."""
+    from .video import decode_all, encode_video
+
+    decoded = {}
+    for key, pixels in frames.items():
+        path = root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        encode_video(pixels, path, FPS, codec="av1", g=VIDEO_G, crf=VIDEO_CRF)
+        decoded[key] = decode_all(path)
+    return decoded
+
+
+def _video_columns(keys: list[str], lengths: list[int]) -> dict[str, pa.Array[Any]]:
+    """Where each episode lies in each camera's video file (all episodes in file 0, in order)."""
+    ends = np.cumsum(lengths)
+    starts = ends - np.asarray(lengths)
+    cols: dict[str, pa.Array[Any]] = {}
+    for key in keys:
+        cols[f"videos/{key}/chunk_index"] = pa.array([0] * len(lengths), pa.int64())
+        cols[f"videos/{key}/file_index"] = pa.array([0] * len(lengths), pa.int64())
+        cols[f"videos/{key}/from_timestamp"] = pa.array((starts / FPS).tolist(), pa.float64())
+        cols[f"videos/{key}/to_timestamp"] = pa.array((ends / FPS).tolist(), pa.float64())
+    return cols
+
+
+def make_demo_dataset(
+    root: Path,
+    *,
+    num_episodes: int = 40,
+    seed: int = 0,
+    with_images: bool = False,
+    video: bool = False,
+    cameras: tuple[str, ...] = ("top",),
+    image_height: int = IMAGE_SIZE,
+    image_width: int = IMAGE_SIZE,
+) -> Path:
+    """Write the demo dataset into `root` (which must not exist yet) and return it.
+
+    `with_images` adds one image feature per name in `cameras` (`observation.images.<name>`,
+    `image_height` x `image_width`), stored as PNG in the data file, or as AV1 video with `video`.
+    """
     root = Path(root)
+    cams = _cameras(with_images, video, cameras, image_height, image_width)
     episodes = _episodes(num_episodes, seed)
-    table, stacked = _data_table(episodes, with_images)
+    pixels = {key: _camera_frames(episodes, cams, i) for i, key in enumerate(cams.keys())}
+    table, stacked = _data_table(episodes, {} if cams.video else pixels)
     (root / "data" / "chunk-000").mkdir(parents=True)
     (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
     pq.write_table(table, root / "data" / "chunk-000" / "file-000.parquet")
     stats = {key: _stats(value, axis=(0,)) for key, value in stacked.items()}
-    if with_images:
-        stats["observation.images.top"] = _image_stats(table)
+    # A video feature's stats describe what a loader decodes, not what went into the encoder.
+    seen = _write_videos(root, pixels) if cams.video else pixels
+    for key, frames in seen.items():
+        stats[key] = _image_stats(frames)
     lengths = [len(ep["action"]) for ep in episodes]
     starts = np.cumsum([0] + lengths[:-1]).tolist()
     episodes_table = pa.table(
@@ -185,6 +312,7 @@ def make_demo_dataset(root: Path, *, num_episodes: int = 40, seed: int = 0, with
             "data/file_index": pa.array([0] * num_episodes, pa.int64()),
             "dataset_from_index": pa.array(starts, pa.int64()),
             "dataset_to_index": pa.array([s + n for s, n in zip(starts, lengths)], pa.int64()),
+            **(_video_columns(cams.keys(), lengths) if cams.video else {}),
         }
     )
     pq.write_table(episodes_table, root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
@@ -204,8 +332,8 @@ def make_demo_dataset(root: Path, *, num_episodes: int = 40, seed: int = 0, with
         "fps": FPS,
         "splits": {"train": f"0:{num_episodes}"},
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-        "features": _features(with_images),
+        "video_path": VIDEO_PATH,
+        "features": _features(cams),
     }
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=2) + "\n")
     (root / "meta" / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
