@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from lr_config import ConfigError, LaunchSpec, TrainConfig, build_launch, build_slurm_script, parse_train_config, save_json, to_dict
 
@@ -27,7 +29,7 @@ from _support.runs import PLANTED_TOKEN, copy_run, tree_digest
 CORPUS_FILE = Path(__file__).parent / "bad_inputs" / "corpus.json"
 CASES: list[dict[str, Any]] = json.loads(CORPUS_FILE.read_text())["cases"]
 MODULES = {"lr-engine": "lr_engine.cli", "lr-checkpoint": "lr_checkpoint.cli", "lr-publish": "lr_publish.cli"}
-BASE_FIXTURES = {"dataset": "demo_dataset", "run": "tiny_run", "dcp_run": "dcp_run"}
+BASE_FIXTURES = {"dataset": "demo_dataset", "video_dataset": "video_dataset", "run": "tiny_run", "dcp_run": "dcp_run"}
 
 
 def _key_path(dotted: str) -> list[str]:
@@ -79,6 +81,16 @@ def _apply(request: pytest.FixtureRequest, root: Path, op: list[Any]) -> None:
         path.rename(root / args[0])
     elif kind == "symlink":
         path.symlink_to(args[0])
+    elif kind == "replace_bytes":  # [replace_bytes, file, old, new]: every occurrence
+        data = path.read_bytes()
+        assert args[0].encode() in data, (rel, args[0])
+        path.write_bytes(data.replace(args[0].encode(), args[1].encode()))
+    elif kind == "parquet":  # [parquet, file, column, row, value]
+        table = pq.read_table(path)
+        values = table.column(args[0]).to_pylist()
+        values[args[1]] = args[2]
+        index = table.column_names.index(args[0])
+        pq.write_table(table.set_column(index, args[0], pa.array(values, table.schema.field(args[0]).type)), path)
     elif kind == "copy":  # [copy, other base, from, to]: replace `to` with the other base's `from`
         source = _fixture_path(request, rel) / args[0]
         target = root / args[1]

@@ -149,6 +149,39 @@ def test_metrics_records_count_the_whole_cluster(runs: dict[str, Path]) -> None:
     assert config["parallelism"]["dp_replicate"] == 2 and config["parallelism"]["dp_shard"] == 2
 
 
+@pytest.fixture(scope="module")
+def video_runs(tmp_path_factory: pytest.TempPathFactory, video_dataset: Path) -> dict[str, Path]:
+    """Two AV1 cameras decoded in DataLoader workers, with image augmentation, on three layouts."""
+    tmp = tmp_path_factory.mktemp("layouts_video")
+    common = [f"--dataset.root={video_dataset}", "--steps=4", "--save_checkpoint=false", "--num_workers=1",
+              "--dataset.image_transforms.enable=true"]
+
+    def run(name: str, nproc: int, *extra: str) -> Path:
+        out = tmp / name
+        argv = ["train", f"--output_dir={out}", *TINY, *common, *extra]
+        proc = run_cli(["lr_engine.cli", *argv]) if nproc == 1 else run_torchrun(nproc, argv)
+        assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return out
+
+    return {
+        "single": run("single", 1, f"--batch_size={GLOBAL_BATCH}"),
+        "ddp": run("ddp", 2, f"--batch_size={GLOBAL_BATCH // 2}"),
+        "fsdp": run("fsdp", 2, f"--batch_size={GLOBAL_BATCH // 2}", "--parallelism.dp_shard=2"),
+    }
+
+
+def test_video_datasets_train_alike_on_every_layout(video_runs: dict[str, Path]) -> None:
+    """Decoded frames and their augmentation depend on the sample, never on the rank or worker: the
+    layouts agree step for step as on tabular data."""
+    ref_loss, ref_norm = losses(video_runs["single"]), grad_norms(video_runs["single"])
+    assert len(ref_loss) == 4
+    for layout in ("ddp", "fsdp"):
+        assert losses(video_runs[layout]) == pytest.approx(ref_loss, rel=1e-5), layout
+        assert grad_norms(video_runs[layout]) == pytest.approx(grad_norms(video_runs["single"]), rel=1e-5), layout
+    config = json.loads((video_runs["fsdp"] / "train_config.json").read_text())
+    assert config["dataset"]["video_backend"] == "pyav" and config["dataset"]["image_transforms"]["enable"] is True
+
+
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 @pytest.mark.parametrize("sharded", [False, True], ids=["single", "fsdp2"])
 def test_gradient_accumulation_equals_a_larger_batch(tmp_path: Path, demo_dataset: Path, sharded: bool, optimizer: str) -> None:

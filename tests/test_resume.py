@@ -339,3 +339,14 @@ def test_a_resume_with_more_steps_says_how_the_lr_schedule_changes_and_decay_ste
     assert not any(line.startswith("warning: --steps") for line in printed.splitlines())
     lrs = [r["lr"] for r in records(kept)]
     assert lrs[:4] == pytest.approx(planned[4:]) and lrs[4:] == pytest.approx([0.0001] * 4)
+
+
+def test_a_resume_on_video_with_image_transforms_is_bit_exact(root: Path, video_dataset: Path) -> None:
+    """Frames decoded in DataLoader workers and augmented per sample: the resumed run sees the same
+    frames with the same augmentation (seeded by the sample's place in the global order)."""
+    extra = [f"--dataset.root={video_dataset}", "--num_workers=1", "--dataset.image_transforms.enable=true", *DETERMINISTIC]
+    nproc, flags = LAYOUTS["single"]
+    base = root / "video-transforms"
+    PRINTED[base] = launch(nproc, ["train", f"--output_dir={base}", *TINY, "--steps=8", *flags, *extra])
+    again = resume(root, base, "video-transforms-resumed", "single")
+    assert_bit_exact(base, again)

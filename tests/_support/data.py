@@ -23,6 +23,15 @@ def image_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_demo_dataset(tmp_path_factory.mktemp("ds") / "demo_img", num_episodes=4, with_images=True)
 
 
+@pytest.fixture(scope="session")
+def video_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo with two cameras stored as AV1 video, as LeRobot records them (4 episodes, 24x32)."""
+    from lr_engine import make_demo_dataset
+
+    return make_demo_dataset(tmp_path_factory.mktemp("ds") / "demo_video", num_episodes=4, with_images=True, video=True,
+                             cameras=("top", "wrist"), image_height=24, image_width=32)
+
+
 @pytest.fixture
 def lr_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty LR_CACHE_DIR so the embedded demo is generated fresh for the test."""

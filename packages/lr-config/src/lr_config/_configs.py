@@ -33,6 +33,8 @@ __all__ = [
     "FeatureSpec",
     "GradientAccumulationConfig",
     "HubConfig",
+    "ImageTransformConfig",
+    "ImageTransformsConfig",
     "MLPConfig",
     "MixedPrecisionPolicyConfig",
     "OptimizerConfig",
@@ -44,10 +46,12 @@ __all__ = [
     "TrackioConfig",
     "TrainConfig",
     "POLICY_TYPES",
+    "TRANSFORM_TYPES",
 ]
 
 TRAIN_CONFIG_VERSION = 2
-"""train_config.json's version: 2 added `scheduler.decay_steps` (version 1 files are upgraded on load)."""
+"""train_config.json's version: 2 added `scheduler.decay_steps` and the dataset's `revision`, `video_backend`,
+`tolerance_s` and `image_transforms` (version 1 files are upgraded on load)."""
 DEMO_REPO_ID = "lr/demo_reach2d"
 CHECKPOINT_FORMATS = ("safetensors", "dcp", "safetensors_dcp")
 
@@ -81,11 +85,54 @@ def closed_keys(f: Any) -> tuple[str, ...] | None:
     return keys
 
 
+TRANSFORM_TYPES: dict[str, tuple[str, ...]] = {
+    "ColorJitter": ("brightness", "contrast", "saturation", "hue"),
+    "SharpnessJitter": ("sharpness",),
+    "RandomAffine": ("degrees", "translate"),
+}
+"""LeRobot's image transforms lr implements, with the ranges (`kwargs`) each takes."""
+
+
+@dataclass
+class ImageTransformConfig:
+    weight: float = doc(1.0, "Relative chance of being among the transforms drawn for a frame; 0 turns it off.")
+    type: Literal["ColorJitter", "SharpnessJitter", "RandomAffine"] = doc("ColorJitter", "ColorJitter, SharpnessJitter or RandomAffine, as in LeRobot.")
+    kwargs: dict[str, list[float]] = doc({}, "Its [low, high] ranges, as in LeRobot: brightness, contrast, saturation, hue; sharpness; degrees, translate.")
+
+
+def _default_tfs() -> dict[str, ImageTransformConfig]:
+    """LeRobot 0.6's defaults."""
+    return {
+        "brightness": ImageTransformConfig(1.0, "ColorJitter", {"brightness": [0.8, 1.2]}),
+        "contrast": ImageTransformConfig(1.0, "ColorJitter", {"contrast": [0.8, 1.2]}),
+        "saturation": ImageTransformConfig(1.0, "ColorJitter", {"saturation": [0.5, 1.5]}),
+        "hue": ImageTransformConfig(1.0, "ColorJitter", {"hue": [-0.05, 0.05]}),
+        "sharpness": ImageTransformConfig(1.0, "SharpnessJitter", {"sharpness": [0.5, 1.5]}),
+        "affine": ImageTransformConfig(1.0, "RandomAffine", {"degrees": [-5.0, 5.0], "translate": [0.05, 0.05]}),
+    }
+
+
+@dataclass
+class ImageTransformsConfig:
+    enable: bool = doc(False, "Augment camera frames while training (LeRobot's image transforms), seeded per sample.")
+    max_num_transforms: int = doc(3, "Transforms drawn for each frame (by weight, without replacement).")
+    random_order: bool = doc(False, "Apply the drawn transforms in a random order instead of the listed one.")
+    tfs: dict[str, ImageTransformConfig] = sub(_default_tfs, "The transforms by name, each with weight, type and kwargs.")
+
+
 @dataclass
 class DatasetConfig:
-    repo_id: str = doc(DEMO_REPO_ID, "Dataset id; resolved in the local Hugging Face cache (no network). The default is the embedded demo, generated on first use.")
-    root: Path | None = doc(None, "Local folder of a LeRobot v3 dataset; overrides the cache lookup of repo_id.")
-    episodes: list[int] | None = doc(None, "Only these episode indices (JSON list); all when unset.")
+    repo_id: str = doc(
+        DEMO_REPO_ID,
+        "Hugging Face dataset id (user/name), downloaded when not cached (HF_HOME, HF_HUB_CACHE, HF_ENDPOINT, HF_TOKEN, "
+        "HF_HUB_OFFLINE apply). The default is the embedded demo, generated on first use.",
+    )
+    root: Path | None = doc(None, "Local folder of a LeRobot v3 dataset; wins over repo_id.")
+    episodes: list[int] | None = doc(None, "Only these episode indices (JSON list); all when unset. Only their files are downloaded.")
+    revision: str | None = doc(None, "Branch, tag or commit of repo_id; unset: the v3.0 tag if the repo has one, else main (as LeRobot).")
+    video_backend: Literal["pyav", "torchcodec"] = doc("pyav", "Video decoder: pyav (bundles FFmpeg) or torchcodec (needs a system FFmpeg).")
+    tolerance_s: float = doc(1e-4, "How far a decoded video frame may be from the frame's timestamp, in seconds (LeRobot's default).")
+    image_transforms: ImageTransformsConfig = sub(ImageTransformsConfig, "Camera-frame augmentation, as LeRobot's.")
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._configs import TRAIN_CONFIG_VERSION, TrainConfig
+from ._configs import TRAIN_CONFIG_VERSION, DatasetConfig, TrainConfig
 from ._errors import ConfigError
 from ._serde import check_complete, from_dict, load_json, save_json, to_dict
 from ._topology import Topology
@@ -247,11 +247,19 @@ def holds_a_run(out: Path) -> bool:
 
 
 def _train_config_from_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 1 had no `scheduler.decay_steps`: its decay always ended at --steps (None)."""
-    scheduler = data.get("scheduler")
-    if isinstance(scheduler, dict):
-        scheduler = {**scheduler, "decay_steps": scheduler.get("decay_steps")}
-    return {**data, "scheduler": scheduler, "version": 2}
+    """Version 1 had no `scheduler.decay_steps` (its decay always ended at --steps: None) and no
+    dataset revision, video settings or image transforms (it read local image datasets only:
+    the defaults describe that)."""
+    upgraded = dict(data)
+    if isinstance(data.get("scheduler"), dict):
+        upgraded["scheduler"] = {"decay_steps": None, **data["scheduler"]}
+    if isinstance(data.get("dataset"), dict):
+        added = to_dict(DatasetConfig())
+        upgraded["dataset"] = {key: added[key] for key in _DATASET_V2_KEYS} | data["dataset"]
+    return {**upgraded, "version": 2}
+
+
+_DATASET_V2_KEYS = ("revision", "video_backend", "tolerance_s", "image_transforms")
 
 
 def load_train_config(path: Path) -> TrainConfig:

@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from ._configs import TRAIN_CONFIG_VERSION, ACTConfig, FSDPConfig, TrainConfig
+from ._configs import TRAIN_CONFIG_VERSION, TRANSFORM_TYPES, ACTConfig, DatasetConfig, FSDPConfig, ImageTransformConfig, TrainConfig
 from ._errors import ConfigError, did_you_mean
 from ._files import load_train_config
 from ._topology import Topology, _check_degrees, resolve_topology
@@ -71,6 +71,50 @@ def _finite_rules(value: Any, path: str = "") -> list[str]:
     return []
 
 
+_RANGE_LIMITS: dict[str, tuple[float, float]] = {
+    "brightness": (0.0, math.inf),
+    "contrast": (0.0, math.inf),
+    "saturation": (0.0, math.inf),
+    "hue": (-0.5, 0.5),
+    "sharpness": (0.0, math.inf),
+    "degrees": (-180.0, 180.0),
+    "translate": (0.0, 1.0),
+}
+"""What each transform range may hold (as torchvision's transforms, which LeRobot's are)."""
+
+
+def _transform_rules(name: str, tf: ImageTransformConfig) -> list[str]:
+    flag = f"--dataset.image_transforms.tfs.{name}"
+    p: list[str] = []
+    if not (math.isfinite(tf.weight) and tf.weight >= 0):
+        p.append(f"{flag}.weight: must be a finite number >= 0, got {tf.weight}")
+    allowed = TRANSFORM_TYPES[tf.type]
+    for key, bounds in tf.kwargs.items():
+        if key not in allowed:
+            p.append(f"{flag}.kwargs: {tf.type} takes {', '.join(allowed)}, not {key!r}{did_you_mean(key, list(allowed))}")
+            continue
+        low, high = _RANGE_LIMITS[key]
+        ok = len(bounds) == 2 and all(math.isfinite(b) and low <= b <= high for b in bounds)
+        if not ok or (key != "translate" and bounds[0] > bounds[1]):
+            p.append(f"{flag}.kwargs.{key}: expected [low, high] with {low:g} <= low <= high <= {high:g}, got {bounds}")
+    return p
+
+
+def _dataset_rules(ds: DatasetConfig) -> list[str]:
+    p: list[str] = []
+    if ds.episodes is not None and (any(e < 0 for e in ds.episodes) or len(set(ds.episodes)) != len(ds.episodes)):
+        p.append(f"--dataset.episodes: expected distinct episode indices >= 0, got {ds.episodes}")
+    if not (math.isfinite(ds.tolerance_s) and ds.tolerance_s >= 0):
+        p.append(f"--dataset.tolerance_s: must be a finite number of seconds >= 0, got {ds.tolerance_s}")
+    if ds.revision is not None and not ds.revision.strip():
+        p.append("--dataset.revision: empty; give a branch, tag or commit, or leave it unset")
+    transforms = ds.image_transforms
+    _positive(p, "dataset.image_transforms.max_num_transforms", transforms.max_num_transforms)
+    for name, tf in transforms.tfs.items():
+        p += _transform_rules(name, tf)
+    return p
+
+
 def _scalar_rules(cfg: TrainConfig) -> list[str]:
     p: list[str] = []
     if cfg.version != TRAIN_CONFIG_VERSION:
@@ -110,10 +154,6 @@ def _scalar_rules(cfg: TrainConfig) -> list[str]:
             f"--scheduler.decay_steps: must be above --scheduler.warmup_steps ({cfg.scheduler.warmup_steps}), got "
             f"{cfg.scheduler.decay_steps}; leave it unset to decay over --steps"
         )
-    if cfg.dataset.episodes is not None and (
-        any(e < 0 for e in cfg.dataset.episodes) or len(set(cfg.dataset.episodes)) != len(cfg.dataset.episodes)
-    ):
-        p.append(f"--dataset.episodes: expected distinct episode indices >= 0, got {cfg.dataset.episodes}")
     if cfg.world_size is not None and cfg.world_size < 1:
         p.append(f"--world_size: must be >= 1, got {cfg.world_size}")
     elif cfg.world_size is not None and not cfg.dry_run:
@@ -244,7 +284,7 @@ def _topology_rules(cfg: TrainConfig, topo: Topology) -> list[str]:
 
 def validate(cfg: TrainConfig, world_size: int | None = None, nnodes: int = 1) -> Topology | None:
     """Check every rule; return the resolved topology when `world_size` is given."""
-    problems = _finite_rules(cfg) + _scalar_rules(cfg) + _policy_rules(cfg) + _accelerator_rules(cfg) + _run_rules(cfg)
+    problems = _finite_rules(cfg) + _scalar_rules(cfg) + _dataset_rules(cfg.dataset) + _policy_rules(cfg) + _accelerator_rules(cfg) + _run_rules(cfg)
     topo: Topology | None = None
     try:
         if world_size is None:

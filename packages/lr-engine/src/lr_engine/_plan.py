@@ -18,7 +18,8 @@ import torch
 from lr_config import ConfigError, DEMO_REPO_ID, TrainConfig, banner_line, validate
 from torch import nn
 
-from ._data.dataset import demo_meta_without_files, load_meta, resolve_dataset_root
+from ._data.dataset import demo_meta_without_files, load_meta
+from ._data.locate import meta_root
 from ._parallel.dist import requested_device
 from ._parallel.wrap import WrapPlan, plan_wrap
 from ._policies.base import make_policy
@@ -28,11 +29,11 @@ from ._setup import policy_type
 def _meta_policy(cfg: TrainConfig) -> tuple[TrainConfig, nn.Module]:
     policy_cfg = cfg.policy  # with --policy.path, the parser started it from that folder's config.json
     if policy_cfg.input_features is None or policy_cfg.output_features is None:
-        if cfg.dataset.root is None and cfg.dataset.repo_id == DEMO_REPO_ID:
-            root = resolve_dataset_root(cfg.dataset, create_demo=False)
-            meta = load_meta(root) if (root / "meta" / "info.json").exists() else demo_meta_without_files(cfg.dataset.repo_id)
+        root = meta_root(cfg.dataset)
+        if cfg.dataset.root is None and cfg.dataset.repo_id == DEMO_REPO_ID and not (root / "meta" / "info.json").exists():
+            meta = demo_meta_without_files(cfg.dataset.repo_id)
         else:
-            meta = load_meta(resolve_dataset_root(cfg.dataset))
+            meta = load_meta(root)
         inputs, outputs = meta.policy_features()
         policy_cfg = replace(policy_cfg, input_features=inputs, output_features=outputs)
     cfg = replace(cfg, policy=policy_cfg)

@@ -39,7 +39,8 @@ from lr_config import (
 )
 from torch import nn
 
-from ._data.dataset import LeRobotDataset, resolve_dataset_root
+from ._data.dataset import LeRobotDataset
+from ._data.locate import locate_dataset
 from ._data.sampler import DataPosition, GlobalOrderBatchSampler, resume_position
 from ._parallel.dist import DistContext
 from ._parallel.wrap import WrapPlan, apply_ddp, apply_fsdp, plan_wrap
@@ -172,9 +173,7 @@ def resolve_features(cfg: TrainConfig, ctx: DistContext, resume_step_dir: Path |
         base = _base_config(cfg, resume_step_dir)
         if type(base) is not type(policy):
             raise ConfigError(f"--policy.path: {policy.path} holds a {base.type_name!r} policy, but --policy.type is {policy.type_name!r}")
-    root = resolve_dataset_root(cfg.dataset, create_demo=ctx.is_main)
-    if ctx.distributed:
-        dist.barrier()  # the main rank may have generated the demo dataset
+    root = locate_dataset(cfg.dataset, ctx)  # one process per node downloads (or makes the demo); the others wait
     from ._data.dataset import load_meta
 
     meta = load_meta(root)
@@ -194,7 +193,7 @@ def _check_features_present(inputs: dict[str, Any], features: dict[str, Any], ro
 def dataset_changes(old: DatasetConfig, new: DatasetConfig) -> list[str]:
     """The dataset settings a resume changes. Another folder may hold the same dataset (moved
     with the run) or another one: lr cannot tell, so it is never called sample-exact either."""
-    keys = ("repo_id", "root", "episodes")
+    keys = ("repo_id", "revision", "root", "episodes")
     return [f"dataset.{k} {getattr(old, k)} -> {getattr(new, k)}" for k in keys if getattr(old, k) != getattr(new, k)]
 
 
@@ -202,7 +201,11 @@ def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None,
     """The dataset, its loader and processors; on a resume, from the checkpoint's data position
     (exact only with the same global batch, seed and dataset: `saved_dataset` is the checkpoint's)."""
     assert cfg.dataset.root is not None
-    dataset = LeRobotDataset(cfg.dataset.root, episodes=cfg.dataset.episodes, action_horizon=policy_horizon(cfg))
+    ds = cfg.dataset
+    dataset = LeRobotDataset(
+        ds.root, episodes=ds.episodes, action_horizon=policy_horizon(cfg), video_backend=ds.video_backend, tolerance_s=ds.tolerance_s,
+        image_transforms=ds.image_transforms, seed=cfg.seed,
+    )
     topo = ctx.topology
     global_batch = cfg.batch_size * topo.dp_world_size
     start, exact = DataPosition(0, 0), True
@@ -213,7 +216,8 @@ def build_data(cfg: TrainConfig, ctx: DistContext, resumed: TrainingStep | None,
         exact = exact and resumed.seed == cfg.seed  # the order of every epoch follows the seed
         exact = exact and (saved_dataset is None or not dataset_changes(saved_dataset, cfg.dataset))
     sampler = GlobalOrderBatchSampler(
-        len(dataset), seed=cfg.seed, batch_size=cfg.batch_size, dp_world_size=topo.dp_world_size, dp_rank=ctx.dp_rank, start=start
+        len(dataset), seed=cfg.seed, batch_size=cfg.batch_size, dp_world_size=topo.dp_world_size, dp_rank=ctx.dp_rank, start=start,
+        numbered=ds.image_transforms.enable,
     )
     loader = torch.utils.data.DataLoader(
         dataset,

@@ -38,6 +38,8 @@ from lr_config import (
 from torch import nn
 
 from . import _checkpointing as checkpointing
+from ._data.errors import DatasetError, from_worker
+from ._data.locate import one_per_node
 from ._launcher import LAUNCH_COMMAND_ENV
 from ._metrics import MetricsSink, MetricsWindow, keep_records_through
 from ._optim import clip_and_norm, lr_at, make_optimizer, set_lr
@@ -186,7 +188,10 @@ def batches(run: Run) -> Iterator[tuple[dict[str, torch.Tensor], float]]:
     non_blocking = run.ctx.device.type == "cuda"
     while True:
         t0 = time.perf_counter()
-        raw = next(it)
+        try:
+            raw = next(it)
+        except DatasetError as exc:  # a frame that cannot be decoded: its file and episode, not a worker's traceback
+            raise from_worker(exc) from None
         batch = {k: v.to(run.ctx.device, non_blocking=non_blocking) for k, v in raw.items()}
         yield run.data.pre(batch), time.perf_counter() - t0
 
@@ -442,6 +447,9 @@ def train(cfg: TrainConfig, ctx: DistContext) -> TrainResult:
     start_files(run)
     banner(run)
     try:
+        # the data files' mapped copies, made by one process per node now that every check passed
+        # (a refused run writes nothing, not even a cache)
+        one_per_node(ctx, run.data.dataset.map_files)
         last = loop(run)
         checkpointing.write_final_model(run)
     except BaseException as exc:

@@ -553,6 +553,14 @@ def fetch_dataset(repo_id: str, commit: str, episodes: list[int] | None, *, endp
     return fetch.snapshot
 
 
+def fetch_meta(repo_id: str, commit: str, *, endpoint: str | None = None, log: Log = print) -> Path:
+    """Only `meta/` of the dataset at `commit` (what a dry run reads); returns the snapshot folder."""
+    fetch = _Fetch(repo_id, commit, _hub(endpoint), log, _bars_wanted())
+    fetch.fetch_meta()
+    _read_info(fetch.snapshot, repo_id, commit)
+    return fetch.snapshot
+
+
 def cached_dataset(repo_id: str, commit: str) -> Path | None:
     """The snapshot folder of repo_id at commit if its meta is in the cache (no network)."""
     snapshot = _snapshot(_hub(None), repo_id, commit)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from .dataset import DatasetError
+from .errors import DatasetError
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,15 @@ def resume_position(
     return DataPosition(epoch, new_step), exact
 
 
-class GlobalOrderBatchSampler(torch.utils.data.Sampler[list[int]]):
-    """Yields this rank's index lists, one per loop step, forever, from `start`."""
+class GlobalOrderBatchSampler(torch.utils.data.Sampler[list[Any]]):
+    """Yields this rank's index lists, one per loop step, forever, from `start`.
 
-    def __init__(self, num_samples: int, *, seed: int, batch_size: int, dp_world_size: int, dp_rank: int, start: DataPosition) -> None:
+    With `numbered=True` each entry is `(index, sample)`, `sample` being its place in the run's
+    global order (`epoch x num_samples + position in the epoch`): the same on every rank and
+    after a resume, new in every epoch (what seeds a sample's image augmentation)."""
+
+    def __init__(self, num_samples: int, *, seed: int, batch_size: int, dp_world_size: int, dp_rank: int, start: DataPosition,
+                 numbered: bool = False) -> None:
         self.num_samples = num_samples
         self.seed = seed
         self.batch_size = batch_size
@@ -72,14 +78,20 @@ class GlobalOrderBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.dp_rank = dp_rank
         self.start = start
         self.per_epoch = steps_per_epoch(num_samples, self.global_batch)
+        self.numbered = numbered
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[list[Any]]:
         epoch, step = self.start.epoch, self.start.step_in_epoch
         while True:
             order = epoch_order(self.num_samples, self.seed, epoch)
             for s in range(step, self.per_epoch):
                 lo = s * self.global_batch + self.dp_rank * self.batch_size
-                yield order[lo : lo + self.batch_size].tolist()
+                indices = order[lo : lo + self.batch_size].tolist()
+                if self.numbered:
+                    first = epoch * self.num_samples + lo
+                    yield [(index, first + j) for j, index in enumerate(indices)]
+                else:
+                    yield indices
             epoch, step = epoch + 1, 0
 
     def __len__(self) -> int:
