@@ -1,4 +1,4 @@
-"""The import graph follows ARCHITECTURE.md: imports point one way, and each package
+"""The import graph follows docs/architecture.md: imports point one way, and each package
 declares exactly the distributions it imports.
 
     lr-config  <-  lr-checkpoint  <-  lr-publish
@@ -10,6 +10,7 @@ declares exactly the distributions it imports.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -64,7 +65,7 @@ def declared(package: str) -> set[str]:
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_imports_point_one_way(package: str) -> None:
     ours = {m for m in imported_modules(package) if m in PACKAGES and m != package}
-    assert ours <= ALLOWED[package], f"{package} imports {sorted(ours - ALLOWED[package])} against ARCHITECTURE.md"
+    assert ours <= ALLOWED[package], f"{package} imports {sorted(ours - ALLOWED[package])} against docs/architecture.md"
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
@@ -83,3 +84,36 @@ def test_lr_config_needs_only_cattrs() -> None:
 def test_tui_and_config_never_import_torch_in_source() -> None:
     for package in ("lr_config", "lr_tui"):
         assert "torch" not in imported_modules(package), package
+
+
+_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *(p / "README.md" for p in PACKAGES.values())]
+_PATHISH = re.compile(r"`((?:packages|apps|tests|tools|docs)/[A-Za-z0-9_./-]+)`|\]\(((?:\.\./)?[A-Za-z0-9_./-]+\.md)\)")
+
+
+def _named_paths(doc: Path) -> list[Path]:
+    """Repository paths a doc names: `packages/...`-style code spans and relative .md links."""
+    found = []
+    for code, link in _PATHISH.findall(doc.read_text()):
+        if code:  # from the repository's root, or (in a package's README) from the package's folder
+            path = ROOT / code.rstrip("/.")
+            found.append(path if path.exists() else doc.parent / code.rstrip("/."))
+        else:
+            found.append((doc.parent / link).resolve())
+    return found
+
+
+@pytest.mark.parametrize("doc", _DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_path_a_doc_names_exists(doc: Path) -> None:
+    missing = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in _named_paths(doc) if not p.exists()]
+    assert missing == [], f"{doc.relative_to(ROOT)} names paths that do not exist: {missing}"
+
+
+def test_nothing_in_the_repo_points_outside_it() -> None:
+    """The design lives in docs/: no file may send a reader to documents a clone does not have."""
+    outside = re.compile(r"\.\./shared|\bFACTS\.md|(?<![/\w])ARCHITECTURE\.md|\bSTYLE\.md")
+    offenders = []
+    for path in ROOT.rglob("*"):
+        if path.suffix in (".py", ".md", ".toml", ".sh") and ".venv" not in path.parts and ".git" not in path.parts and path.is_file():
+            if outside.search(path.read_text(errors="replace")):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []

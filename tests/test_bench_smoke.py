@@ -29,6 +29,7 @@ CASES = [
     ("startup", []),
     ("gpu_throughput", []),
     ("gpu_throughput", ["--device=cpu"]),
+    ("data_loading", []),
 ]
 
 

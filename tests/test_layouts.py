@@ -302,3 +302,20 @@ def test_accelerate_env_that_reconfigures_is_refused_under_torchrun(tmp_path: Pa
     assert proc.returncode != 0
     assert "ACCELERATE_USE_FSDP" in proc.stderr and "LR_ALLOW_ACCELERATE_ENV=1" in proc.stderr
     assert not (tmp_path / "e").exists()
+
+
+def test_acknowledged_accelerate_env_applies_and_is_written_down(tmp_path: Path, demo_dataset: Path) -> None:
+    """With the guide's override (LeRobot's name; lr's own is checked in lr-config's tests), accelerate's
+    FSDP and precision variables apply (they were ignored):
+    the run is FSDP2 in bf16, says which variables mapped to which flags, and train_config.json
+    records them, so the file still describes the run."""
+    out = tmp_path / "acc-env"
+    proc = run_torchrun(2, ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY, "--steps=2", "--batch_size=4",
+                            "--save_checkpoint=false"],
+                        env={"LEROBOT_ALLOW_ACCELERATE_ENV": "1", "ACCELERATE_USE_FSDP": "true", "ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("accelerate's environment applied (its override is set): ACCELERATE_MIXED_PRECISION=bf16 -> "
+            "--accelerator.mixed_precision=bf16; ACCELERATE_USE_FSDP=true -> --parallelism.dp_shard=-1") in proc.stdout
+    assert "FSDP2 dp_replicate=1 dp_shard=2 world=2" in proc.stdout
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["accelerator"]["mixed_precision"] == "bf16" and config["parallelism"]["dp_shard"] == -1

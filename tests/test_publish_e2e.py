@@ -26,11 +26,12 @@ def test_fsdp2_run_publishes_once_from_the_main_rank(hub_server, tmp_path: Path,
         2,
         ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", "--policy.dim_model=32", "--policy.dim_feedforward=64",
          "--policy.n_heads=2", "--steps=4", "--batch_size=4", "--parallelism.dp_shard=2", "--save_freq=4",
-         "--policy.push_to_hub=true", "--policy.repo_id=lr-tests/act-e2e", f"--hub.endpoint={hub_server.endpoint}"],
+         "--policy.repo_id=lr-tests/act-e2e", f"--hub.endpoint={hub_server.endpoint}"],  # a repo id alone pushes, as in LeRobot
         env={"HF_TOKEN": TOKEN, "HF_HUB_DISABLE_XET": "1"},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.count("Model pushed to") == 1
+    assert "publish: the trained model goes to the Hub as lr-tests/act-e2e at the end" in proc.stdout
     commits = [p for p in hub_server.paths_requested("POST") if "/commit/" in p]
     assert len(commits) == 1
     uploaded = hub_server.files("lr-tests/act-e2e")
@@ -77,3 +78,20 @@ def test_a_run_stopped_early_publishes_where_it_stopped(hub_server, tmp_path: Pa
     card = uploaded["README.md"].decode()
     assert f"| steps | {stopped} loop steps (micro-batches per process) of 100000 planned |" in card
     assert f"| samples seen | {stopped * 4} |" in card
+
+
+def test_a_push_that_fails_at_the_end_keeps_the_run_finished_and_ends_with_the_retry(hub_server, tmp_path: Path, demo_dataset: Path) -> None:
+    """The Hub goes down as the run pushes: the run is finished (its files are whole), the last lines say how
+    to retry the push, and the exit code is not 0."""
+    from _support.procs import run_cli
+
+    hub_server.outage_on("/commit/")
+    out = tmp_path / "run"
+    proc = run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", "--policy.dim_model=32",
+                    "--policy.dim_feedforward=64", "--policy.n_heads=2", "--steps=2", "--batch_size=4", "--policy.repo_id=lr-tests/act-down",
+                    f"--hub.endpoint={hub_server.endpoint}"],
+                   env={"HF_TOKEN": TOKEN, "HF_HUB_DISABLE_XET": "1", "LR_HUB_RETRIES": "1", "LR_HUB_RETRY_BASE_S": "0"})
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert json.loads((out / "run.json").read_text())["status"] == "finished"
+    last = proc.stderr.strip().splitlines()
+    assert last[-2] == "Retry the push with:" and last[-1].strip().startswith("lr-publish --folder="), last[-4:]

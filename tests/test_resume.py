@@ -350,3 +350,43 @@ def test_a_resume_on_video_with_image_transforms_is_bit_exact(root: Path, video_
     PRINTED[base] = launch(nproc, ["train", f"--output_dir={base}", *TINY, "--steps=8", *flags, *extra])
     again = resume(root, base, "video-transforms-resumed", "single")
     assert_bit_exact(base, again)
+
+
+def test_a_dp_shard_minus_one_run_resumes_onto_one_process_without_flags(root: Path, demo_dataset: Path) -> None:
+    """train_config.json keeps the degrees as asked (dp_shard=-1, dp_replicate unset), so the guide's
+    resume command reshards a 2-process DCP checkpoint onto one process with no flag: no degrees, no
+    --checkpoint_format (the checkpoint is read as it was saved; the next saves are one model.safetensors,
+    as the banner says and training_step.json records), and the warning lists what changed."""
+    source = root / "minus-one"
+    launch(2, ["train", f"--output_dir={source}", f"--dataset.root={demo_dataset}", *TINY, *DETERMINISTIC, "--steps=8",
+               "--batch_size=4", "--parallelism.dp_shard=-1", "--checkpoint_format=dcp"])
+    saved = json.loads((source / "checkpoints" / "000004" / "pretrained_model" / "train_config.json").read_text())
+    assert saved["parallelism"]["dp_shard"] == -1 and saved["parallelism"]["dp_replicate"] is None
+    step = json.loads((source / "checkpoints" / "000004" / "training_state" / "training_step.json").read_text())
+    assert step["topology"]["dp_shard"] == 2 and step["checkpoint_format"] == "dcp"
+
+    one = root / "minus-one-on-one"
+    printed = launch(1, ["train", "--resume=true", f"--config_path={source / 'checkpoints' / '000004'}", f"--output_dir={one}",
+                         "--batch_size=8"])
+    warning = next(line for line in printed.splitlines() if line.startswith("warning: resuming"))
+    assert "world_size 2 -> 1" in warning and "layout fsdp2 -> single" in warning, warning
+    assert "checkpoints: --checkpoint_format=dcp shards nothing on a run that does not shard (single process" in printed
+    assert losses(one) == pytest.approx(losses(source)[4:], rel=1e-5)  # the same global batch of 8
+    written = json.loads((one / "checkpoints" / "000008" / "training_state" / "training_step.json").read_text())
+    assert written["checkpoint_format"] == "safetensors" and written["topology"]["world_size"] == 1
+    assert (one / "checkpoints" / "000008" / "pretrained_model" / "model.safetensors").exists()
+
+
+def test_accumulation_with_any_save_freq_saves_at_the_update_that_completes_it(root: Path, demo_dataset: Path) -> None:
+    """The guide's --accelerator.gradient_accumulation.steps=K with a --save_freq that is not a multiple of
+    K (it was refused): each checkpoint is taken at the update completing a --save_freq boundary, named
+    after its step, the banner says which, and a resume from one is exact."""
+    common = [f"--dataset.root={demo_dataset}", *TINY, *DETERMINISTIC, "--batch_size=4", "--accelerator.gradient_accumulation.steps=3"]
+    base = root / "accum-save"
+    printed = launch(1, ["train", f"--output_dir={base}", *common, "--steps=12"])  # TINY saves every 4 steps
+    assert sorted(p.name for p in (base / "checkpoints").iterdir() if p.name != "last") == ["000006", "000009", "000012"]
+    assert "checkpoints: every 4 steps, at the update that completes each (one every 3 loop steps with " \
+           "--accelerator.gradient_accumulation.steps=3): steps 6, 9, 12, ..." in printed
+    again = root / "accum-save-resumed"
+    launch(1, ["train", "--resume=true", f"--config_path={base / 'checkpoints' / '000006'}", f"--output_dir={again}"])
+    assert losses(again) == losses(base)[6:] and grad_norms(again) == grad_norms(base)[6:]

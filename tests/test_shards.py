@@ -40,3 +40,25 @@ def test_local_shards_are_one_nth_and_ignored_modules_are_whole(tmp_path: Path, 
         assert sum(sizes) == total, name
         if ranks[0][name]["rows"] % n == 0:
             assert sizes == [total // n] * n, name
+
+
+
+def test_save_pretrained_is_collective_on_a_sharded_policy(tmp_path: Path, demo_dataset: Path) -> None:
+    """`lr_engine.save_pretrained(model, folder)` called on every rank of an FSDP2 run (the worker above)
+    gathers the shards once and the main rank writes: the folder holds the whole policy, which loads."""
+    import torch
+    from lr_config import load_policy_config
+    from safetensors.torch import load_file
+
+    from lr_engine import load_pretrained, make_policy
+
+    proc = run_torchrun(2, [str(WORKER), str(tmp_path), f"--output_dir={tmp_path / 'run'}", f"--dataset.root={demo_dataset}",
+                            "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--parallelism.dp_shard=2"],
+                        module=None)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = load_file(str(tmp_path / "saved" / "model.safetensors"))
+    torch.manual_seed(1000)  # the engine builds the policy from --seed (default 1000) on every rank
+    fresh = make_policy(load_policy_config(tmp_path / "saved")).state_dict()
+    assert saved.keys() == fresh.keys()
+    assert all(torch.equal(saved[k], fresh[k]) for k in fresh)
+    assert load_pretrained(tmp_path / "saved").state_dict().keys() == fresh.keys()

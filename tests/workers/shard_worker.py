@@ -1,5 +1,6 @@
 """Worker for tests/test_shards.py, under torchrun: build a run with the engine's own pieces
-and report, from every rank, the local and global size of each parameter after wrapping.
+and report, from every rank, the local and global size of each parameter after wrapping;
+then every rank calls `lr_engine.save_pretrained` on the sharded policy (`RESULT_DIR/saved`).
 
 Usage: shard_worker.py RESULT_DIR --flags...   (the flags of `lr-engine train`)
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from lr_config import parse_train_config
 from torch.distributed.tensor import DTensor
 
+from lr_engine import save_pretrained
 from lr_engine._parallel.dist import finish, init_distributed
 from lr_engine._train import build_run
 
@@ -32,6 +34,7 @@ def main() -> None:
         for name, p in run.model.named_parameters()
     }
     (out / f"rank{ctx.rank}.json").write_text(json.dumps(report))
+    save_pretrained(run.model, out / "saved")  # collective: every rank, the main rank writes
     finish(0)
 
 

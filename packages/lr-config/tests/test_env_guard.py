@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from lr_config import ALLOW_ENV, ConfigError, check_accelerate_env, refused_accelerate_vars
+from lr_config import (
+    ALLOW_ENV,
+    AcceleratorConfig,
+    ConfigError,
+    TrainConfig,
+    all_flag_paths,
+    apply_accelerate_env,
+    check_accelerate_env,
+    refused_accelerate_vars,
+)
 
-# What `accelerate launch` exports into every worker (FACTS.md), with the default precision.
+# What `accelerate launch` exports into every worker (docs/architecture.md, measured facts), with the default precision.
 PLAIN_LAUNCH = {
     "ACCELERATE_MIXED_PRECISION": "no",
     "ACCELERATE_DYNAMO_BACKEND": "no",
@@ -41,11 +52,12 @@ def test_launcher_precision_that_agrees_passes(precision: str) -> None:
         ("ACCELERATE_USE_FSDP", "--parallelism.dp_shard"),
         ("ACCELERATE_USE_PARALLELISM_CONFIG", "--parallelism.dp_replicate"),
         ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "--accelerator.gradient_accumulation.steps"),
-        ("FSDP_SHARDING_STRATEGY", "--accelerator.fsdp."),
-        ("FSDP_VERSION", "--accelerator.fsdp."),
-        ("FSDP_AUTO_WRAP_POLICY", "--accelerator.fsdp."),
-        ("PARALLELISM_CONFIG_DP_SHARD_SIZE", "--parallelism."),
-        ("PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "--parallelism."),
+        ("FSDP_SHARDING_STRATEGY", "--parallelism.dp_shard"),
+        ("FSDP_VERSION", "--parallelism.dp_shard"),
+        ("FSDP_AUTO_WRAP_POLICY", "--accelerator.fsdp.wrap_modules"),
+        ("FSDP_OFFLOAD_PARAMS", "--accelerator.fsdp.cpu_offload"),
+        ("PARALLELISM_CONFIG_DP_SHARD_SIZE", "--parallelism.dp_shard"),
+        ("PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "--parallelism.dp_replicate"),
     ],
 )
 def test_engine_configuring_variables_are_refused(name: str, flag: str) -> None:
@@ -81,6 +93,21 @@ def test_every_refused_variable_is_named_once() -> None:
     assert not any(name.startswith("ACCELERATE_DYNAMO") for name in names)
 
 
+def test_every_hint_names_settings_that_exist() -> None:
+    """A refusal points only at flags lr has (it once said --accelerator.fsdp.* for a sharding strategy),
+    or says that lr has no setting for the variable."""
+    known = set(all_flag_paths())
+    names = ["ACCELERATE_USE_FSDP", "ACCELERATE_USE_PARALLELISM_CONFIG", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "FSDP_SHARDING_STRATEGY",
+             "FSDP_TRANSFORMER_CLS_TO_WRAP", "FSDP_AUTO_WRAP_POLICY", "FSDP_MIN_NUM_PARAMS", "FSDP_OFFLOAD_PARAMS", "FSDP_RESHARD_AFTER_FORWARD",
+             "FSDP_VERSION", "FSDP_USE_ORIG_PARAMS", "PARALLELISM_CONFIG_DP_SHARD_SIZE", "PARALLELISM_CONFIG_TP_SIZE"]
+    hints = refused_accelerate_vars({name: "2" for name in names} | {"ACCELERATE_MIXED_PRECISION": "bf16"}, "no")
+    assert sorted(hints) == sorted([*names, "ACCELERATE_MIXED_PRECISION"])
+    for name, hint in hints.items():
+        flags = re.findall(r"--([a-z_.]+[a-z_])", hint)
+        assert flags or hint.startswith("no lr setting"), (name, hint)
+        assert all(flag in known for flag in flags), (name, hint)
+
+
 def test_acknowledged_variables_continue() -> None:
     env = {**PLAIN_LAUNCH, "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", ALLOW_ENV: "1"}
     assert check_accelerate_env(env, "no") == ["ACCELERATE_USE_FSDP", "FSDP_VERSION"]
@@ -94,3 +121,40 @@ def test_only_one_acknowledges(value: str) -> None:
 @pytest.mark.parametrize("name", ["ACCELERATE_DYNAMO_BACKEND", "ACCELERATE_USE_CPU", "MY_FSDP_THING", "CUDA_VISIBLE_DEVICES", "LOCAL_RANK"])
 def test_unrelated_variables_pass(name: str) -> None:
     assert refused_accelerate_vars({name: "1"}, "no") == {}
+
+
+@pytest.mark.parametrize("override", [ALLOW_ENV, "LEROBOT_ALLOW_ACCELERATE_ENV"])
+def test_with_the_override_the_variables_apply_as_the_flags_they_mean(override: str) -> None:
+    env = {**PLAIN_LAUNCH, override: "1", "ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_FSDP": "true",
+           "FSDP_TRANSFORMER_CLS_TO_WRAP": "ACTEncoderLayer,ACTDecoderLayer", "FSDP_OFFLOAD_PARAMS": "false", "FSDP_VERSION": "2",
+           "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"}
+    cfg, lines = apply_accelerate_env(TrainConfig(), env)
+    assert cfg.accelerator.mixed_precision == "bf16" and cfg.parallelism.dp_shard == -1 and cfg.grad_accum_steps == 4
+    assert cfg.accelerator.fsdp.wrap_modules == ["ACTEncoderLayer", "ACTDecoderLayer"] and cfg.accelerator.fsdp.cpu_offload is False
+    assert lines == [
+        "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=4 -> --accelerator.gradient_accumulation.steps=4",
+        "ACCELERATE_MIXED_PRECISION=bf16 -> --accelerator.mixed_precision=bf16",
+        "ACCELERATE_USE_FSDP=true -> --parallelism.dp_shard=-1",
+        "FSDP_OFFLOAD_PARAMS=false -> --accelerator.fsdp.cpu_offload=false",
+        'FSDP_TRANSFORMER_CLS_TO_WRAP=ACTEncoderLayer,ACTDecoderLayer -> --accelerator.fsdp.wrap_modules=["ACTEncoderLayer", "ACTDecoderLayer"]',
+        "FSDP_VERSION=2 -> nothing to change",
+    ]
+    assert apply_accelerate_env(TrainConfig(), PLAIN_LAUNCH) == (TrainConfig(), [])
+
+
+def test_what_lr_cannot_map_is_refused_even_with_the_override() -> None:
+    env = {ALLOW_ENV: "1", "FSDP_USE_ORIG_PARAMS": "true", "FSDP_SHARDING_STRATEGY": "HYBRID_SHARD", "FSDP_VERSION": "1"}
+    with pytest.raises(ConfigError) as err:
+        apply_accelerate_env(TrainConfig(), env)
+    assert err.value.problems == [
+        "FSDP_SHARDING_STRATEGY='HYBRID_SHARD': HSDP needs its degrees: --parallelism.dp_replicate=R --parallelism.dp_shard=S",
+        "FSDP_USE_ORIG_PARAMS='true': lr has no setting for it; unset it",
+        "FSDP_VERSION='1': lr shards with FSDP2 only (fully_shard); FSDP1 has no equivalent here",
+    ]
+
+
+def test_a_variable_that_contradicts_a_flag_is_refused() -> None:
+    cfg = TrainConfig(accelerator=AcceleratorConfig(mixed_precision="fp16"))
+    with pytest.raises(ConfigError) as err:
+        apply_accelerate_env(cfg, {ALLOW_ENV: "1", "ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert err.value.problems == ["ACCELERATE_MIXED_PRECISION='bf16' means --accelerator.mixed_precision=bf16, but --accelerator.mixed_precision is fp16"]

@@ -47,6 +47,9 @@ STEP = TrainingStep(
     seed=7,
     run_id="2026-11-29_act",
     topology=Topology(world_size=8, dp_replicate=2, dp_shard=4, nnodes=2),
+    param_dtype="bfloat16",
+    reduce_dtype="float32",
+    output_dtype="bfloat16",
 )
 STATUS = RunStatus(
     status="finished",
@@ -80,17 +83,30 @@ def test_training_step_round_trip(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert set(data) == field_names(TrainingStep)
     assert set(data["topology"]) == field_names(Topology)
-    assert data["version"] == TRAINING_STEP_VERSION == 2
+    assert data["version"] == TRAINING_STEP_VERSION == 3
 
 
 def test_a_version_1_training_step_is_upgraded_with_an_unknown_position(tmp_path: Path) -> None:
     """Checkpoints written before `epoch_offset` stay resumable: the engine derives their position from the step."""
     data = to_dict(STEP)
-    del data["epoch_offset"]
+    for name in ("epoch_offset", "param_dtype", "reduce_dtype", "output_dtype"):
+        del data[name]
     data["version"] = 1
     path = tmp_path / "training_step.json"
     path.write_text(json.dumps(data))
-    assert load_training_step(path) == dataclasses.replace(STEP, epoch_offset=None)
+    assert load_training_step(path) == dataclasses.replace(STEP, epoch_offset=None, param_dtype="", reduce_dtype="", output_dtype="")
+
+
+def test_a_version_2_training_step_is_upgraded_with_unknown_dtypes(tmp_path: Path) -> None:
+    data = to_dict(STEP)
+    for name in ("param_dtype", "reduce_dtype", "output_dtype"):
+        del data[name]
+    path = tmp_path / "training_step.json"
+    path.write_text(json.dumps({**data, "version": 2}))
+    assert load_training_step(path) == dataclasses.replace(STEP, param_dtype="", reduce_dtype="", output_dtype="")
+    path.write_text(json.dumps({**data, "version": 3}))
+    with pytest.raises(ConfigError, match="incomplete file, missing"):
+        load_training_step(path)
 
 
 def test_defaults_are_saved_too(tmp_path: Path) -> None:

@@ -116,7 +116,6 @@ def test_the_train_flags_rebuild_the_config() -> None:
         (LaunchSpec(nproc_per_node=4), ["--parallelism.dp_shard=3"], "1 x 3 = 3, but 4 processes will run"),
         (LaunchSpec(nproc_per_node=3), ["--parallelism.dp_replicate=2", "--parallelism.dp_shard=-1"], "3 processes are not divisible by --parallelism.dp_replicate=2"),
         (LaunchSpec(nnodes=2, nproc_per_node=2, rdzv_endpoint="h:1"), ["--parallelism.dp_replicate=2", "--parallelism.dp_shard=4"], "2 x 4 = 8, but 4 processes will run"),
-        (LaunchSpec(nproc_per_node=2), ["--checkpoint_format=dcp"], "--checkpoint_format=dcp needs a sharded run"),
         (LaunchSpec(nproc_per_node=2), ["--steps=0"], "--steps: must be >= 1, got 0"),
     ],
 )

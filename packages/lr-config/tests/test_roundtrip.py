@@ -153,7 +153,7 @@ def train_configs(draw: st.DrawFn, config_path: bool = True) -> TrainConfig:
     fmt = draw(st.sampled_from(["safetensors", "dcp", "safetensors_dcp"]))
     peft_on = policy.path is not None and draw(st.booleans())
     cfg_path = draw(opt(paths)) if config_path else None
-    # with accumulation, --steps >= K and a saving run's --save_freq is a multiple of K (validate)
+    # with accumulation, --steps >= K (validate)
     accum = draw(st.integers(1, 64))
     save_checkpoint = draw(st.booleans())
     return TrainConfig(
@@ -164,7 +164,7 @@ def train_configs(draw: st.DrawFn, config_path: bool = True) -> TrainConfig:
         batch_size=draw(pos),
         num_workers=draw(st.integers(0, 16)),
         log_freq=draw(pos),
-        save_freq=accum * draw(st.integers(1, 10_000 // accum)) if save_checkpoint else draw(pos),
+        save_freq=draw(pos),
         save_checkpoint=save_checkpoint,
         checkpoint_format=fmt,
         checkpoint_keep=draw(nonneg),

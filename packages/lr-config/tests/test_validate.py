@@ -63,10 +63,9 @@ def test_degree_product_mismatch_gives_the_numbers() -> None:
 
 @pytest.mark.parametrize("fmt", ["dcp", "safetensors_dcp"])
 @pytest.mark.parametrize(("argv", "world"), [([], 1), ([], 4), (["--parallelism.dp_replicate=2", "--parallelism.dp_shard=1"], 2)])
-def test_sharded_checkpoint_format_needs_a_sharded_run(fmt: str, argv: list[str], world: int) -> None:
-    line = only_problem([f"--checkpoint_format={fmt}", *argv], world)
-    assert line.startswith(f"--checkpoint_format={fmt} needs a sharded run")
-    assert "--checkpoint_format=safetensors" in line
+def test_sharded_checkpoint_formats_are_accepted_on_an_unsharded_run(fmt: str, argv: list[str], world: int) -> None:
+    """The guide's rule: such a run simply writes model.safetensors (the engine says so once)."""
+    assert problems([f"--checkpoint_format={fmt}", *argv], world) == []
 
 
 @pytest.mark.parametrize("fmt", ["dcp", "safetensors_dcp"])
@@ -148,9 +147,6 @@ def test_unknown_policy_type_suggests_the_closest() -> None:
         (["--num_workers=-1"], "--num_workers: must be >= 0, got -1"),
         (["--checkpoint_keep=-1"], "--checkpoint_keep: must be >= 0, got -1"),
         (["--accelerator.gradient_accumulation.steps=0"], "--accelerator.gradient_accumulation.steps: must be >= 1, got 0"),
-        (["--accelerator.gradient_accumulation.steps=8"],
-         "--save_freq: checkpoints are taken at optimizer updates, every 8 loop steps (--accelerator.gradient_accumulation.steps=8), "
-         "so it must be a multiple of 8, got 100; use --save_freq=96 or 104"),
         (["--accelerator.gradient_accumulation.steps=4", "--steps=3", "--save_checkpoint=false"],
          "--steps: must be >= --accelerator.gradient_accumulation.steps (4) for one optimizer update to happen, got 3"),
         (["--optimizer.lr=0"], "--optimizer.lr: must be > 0, got 0.0"),
@@ -206,9 +202,11 @@ def test_resume_needs_config_path() -> None:
     assert line.startswith("--resume=true needs --config_path=")
 
 
-def test_push_to_hub_needs_repo_id() -> None:
-    assert only_problem(["--policy.push_to_hub=true"]) == "--policy.repo_id: required with --policy.push_to_hub=true (user/name)"
-    assert problems(["--policy.push_to_hub=true", "--policy.repo_id=me/act_reach"]) == []
+def test_push_to_hub_without_a_repo_id_is_no_error() -> None:
+    """As in LeRobot, push_to_hub defaults to true and a repo id says where; without one nothing is
+    pushed (the engine says so in its banner), so the demo needs no flag."""
+    assert problems([]) == [] and problems(["--policy.push_to_hub=true"]) == []
+    assert problems(["--policy.repo_id=me/act_reach"]) == []
 
 
 @pytest.mark.parametrize("bad", ["noslash", "a/b/c", "/name", "user/", "us..er/x", "user/x--y", "user/name.", "user/name.git", "a/" + "n" * 97, "-user/x", "user/na me"])

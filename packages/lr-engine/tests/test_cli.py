@@ -117,7 +117,6 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, demo_dataset):
         (["--batch_size=1.5"], "--batch_size: expected int"),
         (["--policy.type=actt"], "did you mean 'act'"),
         (["--parallelism.dp_shard=2"], "1 x 2 = 2, but 1 process will run"),
-        (["--checkpoint_format=dcp"], "--checkpoint_format=dcp needs a sharded run"),
         (["--policy.n_action_steps=50"], "--policy.n_action_steps: must be <="),
         (["--policy.device=gpu"], "--policy.device: unknown device kind 'gpu'"),  # once a RuntimeError traceback, exit 1
         pytest.param(["--policy.device=cuda"], "--policy.device: cuda is not available on this machine (it has: cpu",
@@ -172,3 +171,17 @@ def test_trackio_logs_offline_without_printing_a_token_url(tmp_path, demo_datase
     # nothing was saved, and the closing line says so instead of naming a folder that is not there
     assert not (out / "checkpoints").exists()
     assert "done: no checkpoints (--save_checkpoint=false), metrics in" in proc.stdout
+
+
+def test_bf16_on_a_gpu_without_it_names_the_flag() -> None:
+    """The rule the engine applies with torch's answer for the device (a pre-Ampere GPU has no bf16)."""
+    import torch
+
+    from lr_engine._parallel.dist import precision_problem
+
+    problem = precision_problem("bf16", torch.device("cuda", 0), bf16_supported=False)
+    assert problem == ("--accelerator.mixed_precision=bf16: cuda:0 has no bf16 support; use --accelerator.mixed_precision=fp16 "
+                       "(with its loss scaler) or no")
+    assert precision_problem("bf16", torch.device("cuda", 0), bf16_supported=True) == ""
+    assert precision_problem("bf16", torch.device("cpu"), bf16_supported=False) == ""  # CPU autocast runs bf16
+    assert precision_problem("fp16", torch.device("cuda", 0), bf16_supported=False) == ""

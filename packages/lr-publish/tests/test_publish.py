@@ -117,7 +117,7 @@ def test_adapter_checkpoint_publishes_adapter_with_base_model(hub_server, hub_en
 
 def test_dcp_only_checkpoint_is_refused_before_anything(hub_server, hub_env, ckpts):
     step_dir = ckpts.make("dcp")
-    with pytest.raises(PublishError, match=r"lr-checkpoint convert --checkpoint_dir=\S+000120"):
+    with pytest.raises(PublishError, match=r"lr-checkpoint convert \S+000120"):
         publish_checkpoint(step_dir, ckpts.repo_id, endpoint=hub_server.endpoint)
     assert hub_server.requests == []
     assert not (step_dir.parent.parent / "publish").exists()

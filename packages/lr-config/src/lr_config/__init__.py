@@ -40,7 +40,7 @@ from ._configs import (
     TrackioConfig,
     TrainConfig,
 )
-from ._env_guard import ALLOW_ENV, check_accelerate_env, refused_accelerate_vars
+from ._env_guard import ALLOW_ENV, ALLOW_ENVS, apply_accelerate_env, check_accelerate_env, refused_accelerate_vars
 from ._errors import ConfigError, did_you_mean
 from ._files import (
     ADAPTER_BASE_VERSION,
@@ -81,6 +81,8 @@ __all__ = [
     "ADAPTER_BASE_VERSION",
     "AdapterBase",
     "ALLOW_ENV",
+    "ALLOW_ENVS",
+    "apply_accelerate_env",
     "CHECKPOINT_FORMATS",
     "DEMO_REPO_ID",
     "DEVICE_KINDS",

@@ -4,7 +4,7 @@
 (`--accelerator.fsdp.min_num_params=...`); its `doc` metadata is the one line `--help`
 shows. Policies are a union tagged by `type` (`--policy.type=act|mlp`).
 
-Contract rules (ARCHITECTURE.md): saved files hold every field, unknown keys are errors,
+Contract rules (docs/architecture.md, Contracts): saved files hold every field, unknown keys are errors,
 and every file carries `version`. Defaults here are what `uv run lr-engine train` runs:
 ACT on the embedded demo dataset, sized to train in about a minute on two CPU cores.
 
@@ -153,8 +153,8 @@ class PolicyConfigBase:
 
     device: str | None = doc(None, "cuda, mps, xpu or cpu; the best available when unset.")
     path: Path | None = doc(None, "Folder of a saved policy (config.json + model.safetensors) to fine-tune.")
-    repo_id: str | None = doc(None, "Hub repo id (user/name) to publish to with push_to_hub.")
-    push_to_hub: bool = doc(False, "Publish the trained model to the Hub at the end of training.")
+    repo_id: str | None = doc(None, "Hub repo id (user/name): the trained model is published there at the end (see push_to_hub).")
+    push_to_hub: bool = doc(True, "Publish the trained model to --policy.repo_id at the end of training, as LeRobot does; false to keep it local. Without a repo id nothing is pushed.")
     private: bool = doc(False, "Publish to a private repo: a new repo is created private; an existing public one is refused (visibility is never changed).")
     license: str = doc("apache-2.0", "License written in the model card.")
     input_features: dict[str, FeatureSpec] | None = doc(None, "Inputs; filled from the dataset when unset.")
@@ -245,7 +245,7 @@ class GradientAccumulationConfig:
 @dataclass
 class MixedPrecisionPolicyConfig:
     param_dtype: DType | None = doc(None, "FSDP2 compute dtype of parameters; any field set replaces the policy derived from mixed_precision.")
-    reduce_dtype: DType | None = doc(None, "FSDP2 gradient reduce dtype; unset follows torch (same as param_dtype).")
+    reduce_dtype: DType | None = doc(None, "FSDP2 gradient reduce dtype; unset follows torch: the parameter's own dtype (fp32) from torch 2.15, param_dtype before.")
     output_dtype: DType | None = doc(None, "FSDP2 dtype of module outputs.")
     cast_forward_inputs: bool | None = doc(None, "FSDP2 casts floating inputs to param_dtype (torch default: true).")
 
@@ -311,7 +311,7 @@ class TrainConfig:
     batch_size: int = doc(32, "Per-process micro-batch size.")
     num_workers: int = doc(0, "DataLoader worker processes.")
     log_freq: int = doc(25, "Log reduced metrics every N loop steps.")
-    save_freq: int = doc(100, "Save a checkpoint every N loop steps (and at the last update); a multiple of the accumulation steps.")
+    save_freq: int = doc(100, "Save a checkpoint every N loop steps, at the update that completes each multiple of N (and at the last update).")
     save_checkpoint: bool = doc(True, "Write checkpoints.")
     checkpoint_format: CheckpointFormat = doc("safetensors", "safetensors, dcp or safetensors_dcp (the last two need a sharded run).")
     checkpoint_keep: int = doc(0, "Keep only the newest K checkpoints (0 keeps all).")

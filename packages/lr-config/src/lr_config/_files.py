@@ -2,7 +2,7 @@
 
 | file                  | dataclass      | written by                  |
 |-----------------------|----------------|-----------------------------|
-| `training_step.json`  | `TrainingStep` | checkpoint (main rank); version 2 (`TRAINING_STEP_VERSION`), version 1 upgraded on load |
+| `training_step.json`  | `TrainingStep` | checkpoint (main rank); version 3 (`TRAINING_STEP_VERSION`), versions 1 and 2 upgraded on load |
 | `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step |
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
@@ -52,8 +52,9 @@ __all__ = [
 ]
 
 FILES_VERSION = 1
-TRAINING_STEP_VERSION = 2
-"""training_step.json's own version: 2 added `TrainingStep.epoch_offset` (version 1 files are upgraded)."""
+TRAINING_STEP_VERSION = 3
+"""training_step.json's own version: 2 added `TrainingStep.epoch_offset`, 3 the effective dtypes
+(older files are upgraded)."""
 CHECKSUMS_VERSION = 2
 """checksums.json's own version: 2 added `FileDigest.crc32` (version 1 files are upgraded)."""
 RunState = Literal["running", "finished", "failed", "stopped"]
@@ -84,6 +85,12 @@ class TrainingStep:
     seed: int = 0
     run_id: str = ""
     topology: Topology = field(default_factory=Topology)
+    param_dtype: str = ""
+    """The dtype the forward computes in (autocast's, or FSDP2's `param_dtype`); "" in older files."""
+    reduce_dtype: str = ""
+    """The dtype gradients are reduced across ranks in (DDP, FSDP2); "" in older files."""
+    output_dtype: str = ""
+    """The dtype of the model's outputs; "" in older files."""
 
 
 @dataclass
@@ -197,9 +204,15 @@ def _training_step_from_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "epoch_offset": None, "version": 2}
 
 
+def _training_step_from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 did not record the effective dtypes: "" says they are not known."""
+    return {"param_dtype": "", "reduce_dtype": "", "output_dtype": "", **data, "version": 3}
+
+
 def load_training_step(path: Path) -> TrainingStep:
-    """Read training_step.json; a version-1 file (before `epoch_offset`) is upgraded."""
-    return load_json(path, TrainingStep, current_version=TRAINING_STEP_VERSION, upgrades={1: _training_step_from_v1})
+    """Read training_step.json; older versions (before `epoch_offset`, before the dtypes) are upgraded."""
+    return load_json(path, TrainingStep, current_version=TRAINING_STEP_VERSION,
+                     upgrades={1: _training_step_from_v1, 2: _training_step_from_v2})
 
 
 def save_run_status(path: Path, value: RunStatus) -> None:

@@ -203,10 +203,25 @@ def _last_checkpoint(checkpoints: Path, config_path: str) -> Path:
     return found
 
 
+def _refuse_the_exported_model(path: Path, config_path: str) -> None:
+    """A resume of `<run>/pretrained_model` (the folder a run prints as "model in ..."): it holds
+    the final weights, not the optimizer, RNG and data position a resume needs."""
+    folder = Path(os.path.abspath(path.parent if path.name == "train_config.json" else path))
+    run = folder.parent  # a step folder's pretrained_model/ is a checkpoint: its parent is in checkpoints/
+    if folder.name == "pretrained_model" and (run / "checkpoints").is_dir() and run.parent.name != "checkpoints":
+        raise ConfigError(
+            f"--config_path: {config_path} is the run's exported model (its final weights, written at the end), not a "
+            f"checkpoint: it has no optimizer, RNG or data position to resume; resume the run with "
+            f"--config_path={run / 'checkpoints' / 'last'}"
+        )
+
+
 def _config_file(config_path: str, *, resume: bool = False) -> Path:
     """The train_config.json that `--config_path` names, or a ConfigError saying what it is
     instead. A run folder (for a resume) or its checkpoints/ folder means the `last` checkpoint."""
     path = Path(config_path)
+    if resume:
+        _refuse_the_exported_model(path, config_path)
     if path.is_symlink() and not path.exists():
         raise ConfigError(
             f"--config_path: {config_path} is a link to {os.readlink(path)!r}, which does not exist; "

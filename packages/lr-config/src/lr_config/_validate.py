@@ -129,13 +129,6 @@ def _scalar_rules(cfg: TrainConfig) -> list[str]:
     k = cfg.grad_accum_steps
     if k > 1 and 1 <= cfg.steps < k:
         p.append(f"--steps: must be >= --accelerator.gradient_accumulation.steps ({k}) for one optimizer update to happen, got {cfg.steps}")
-    if cfg.save_checkpoint and k > 1 and cfg.save_freq >= 1 and cfg.save_freq % k:
-        lower, higher = max(k, cfg.save_freq // k * k), -(-cfg.save_freq // k) * k
-        p.append(
-            f"--save_freq: checkpoints are taken at optimizer updates, every {k} loop steps "
-            f"(--accelerator.gradient_accumulation.steps={k}), so it must be a multiple of {k}, got {cfg.save_freq}; "
-            f"use --save_freq={lower}" + (f" or {higher}" if higher != lower else "")
-        )
     if cfg.optimizer.lr <= 0:
         p.append(f"--optimizer.lr: must be > 0, got {cfg.optimizer.lr}")
     if cfg.optimizer.grad_clip_norm < 0:
@@ -185,8 +178,6 @@ def _policy_rules(cfg: TrainConfig) -> list[str]:
     else:
         _positive(p, "policy.hidden_dim", pol.hidden_dim)
         _positive(p, "policy.n_layers", pol.n_layers)
-    if pol.push_to_hub and not pol.repo_id:
-        p.append("--policy.repo_id: required with --policy.push_to_hub=true (user/name)")
     if pol.repo_id:
         try:
             check_repo_id(pol.repo_id)
@@ -266,15 +257,10 @@ def _changed_fsdp_settings(cfg: TrainConfig) -> list[tuple[str, str]]:
 
 def _topology_rules(cfg: TrainConfig, topo: Topology) -> list[str]:
     p: list[str] = []
-    if cfg.checkpoint_format != "safetensors" and not topo.sharded:
-        p.append(
-            f"--checkpoint_format={cfg.checkpoint_format} needs a sharded run (dp_shard > 1); "
-            f"this run is {topo.describe()}: use --checkpoint_format=safetensors"
-        )
     fsdp = _changed_fsdp_settings(cfg) if not topo.sharded and cfg.accelerator.fsdp != FSDPConfig() else []
     if fsdp:
         # accelerate ignores its FSDP plugin in such a run and trains plain DDP without a word;
-        # lr refuses instead (ARCHITECTURE.md: a layout never silently becomes another)
+        # lr refuses instead (docs/architecture.md: a layout never silently becomes another)
         p.append(
             f"--accelerator.fsdp: {' '.join(flag for flag, _ in fsdp)} only apply to a sharded run, and this run is "
             f"{topo.describe()}: shard it (--parallelism.dp_shard=-1 or N), or set them back ({' '.join(back for _, back in fsdp)})"

@@ -36,6 +36,7 @@ from ._processors import save_processors
 from ._setup import broadcast_object, dataset_changes
 
 if TYPE_CHECKING:
+    import torch
     from lr_config import AdapterBase
     from ._train import Run
 
@@ -312,9 +313,11 @@ def wait_for_background_copy() -> None:
     wait_for_staging()
 
 
-def write_final_model(run: Run) -> None:
-    """Gather the full weights (collective); the main rank writes output_dir/pretrained_model atomically."""
-    state = gather_model_state_dict(run.model)
+def write_final_model(run: Run) -> dict[str, torch.Tensor]:
+    """Gather the full weights (collective); the main rank writes output_dir/pretrained_model atomically.
+    Returns the gathered state (the main rank's; {} elsewhere), so that a publish does not gather again."""
+    gathered = gather_model_state_dict(run.model)
+    state = gathered
     if run.ctx.is_main:
         final = run.output_dir / "pretrained_model"
         tmp = run.output_dir / f".pretrained_model.tmp-{secrets.token_hex(4)}"
@@ -336,11 +339,13 @@ def write_final_model(run: Run) -> None:
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
     barrier()
+    return gathered
 
 
-def publish(run: Run, step: int) -> None:
+def publish(run: Run, step: int, state: dict[str, torch.Tensor]) -> None:
     """Push the trained model as it is at loop step `step` (the last one run: earlier than
-    --steps after a stop), so that the card and training_step.json say where it stopped."""
+    --steps after a stop), so that the card and training_step.json say where it stopped;
+    `state` is what `write_final_model` gathered (the main rank's), not gathered again."""
     from lr_publish import default_publish_folder, publish_trained_model
 
     cfg = run.cfg
@@ -349,6 +354,7 @@ def publish(run: Run, step: int) -> None:
 
     url = publish_trained_model(
         run.model,
+        state_dict=state,
         train_config=cfg,
         training_step=training_step_record(run, step),
         write_pretrained=_write_pretrained_extras(run, base_record=False),
@@ -362,9 +368,23 @@ def publish(run: Run, step: int) -> None:
         print(f"Model pushed to {url}", flush=True)
 
 
+def pushes(cfg: TrainConfig) -> bool:
+    """Whether the run publishes at the end: a --policy.repo_id, unless --policy.push_to_hub=false (as LeRobot)."""
+    return cfg.policy.push_to_hub and cfg.policy.repo_id is not None
+
+
+def publish_plan(cfg: TrainConfig) -> str:
+    """The banner's one line about publishing."""
+    if pushes(cfg):
+        return f"publish: the trained model goes to the Hub as {cfg.policy.repo_id} at the end (--policy.push_to_hub=false keeps it local)"
+    if cfg.policy.repo_id is not None:
+        return f"publish: not pushing to {cfg.policy.repo_id} (--policy.push_to_hub=false)"
+    return "publish: not pushing (no --policy.repo_id; give one to publish the trained model at the end)"
+
+
 def check_publish(cfg: TrainConfig) -> None:
     """Before training: a bad repo id or a missing token fails now, not after hours."""
-    if cfg.policy.push_to_hub:
+    if pushes(cfg):
         from lr_publish import check_publish_settings
 
         assert cfg.policy.repo_id is not None

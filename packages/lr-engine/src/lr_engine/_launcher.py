@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lr_config import ConfigError, TrainConfig, check_accelerate_env, parse_train_config, validate
+from lr_config import ConfigError, TrainConfig, apply_accelerate_env, parse_train_config, validate
 
 USAGE = "usage: lr-engine launch [torchrun options, e.g. --nproc-per-node=2] train [--name=value ...]"
 LAUNCH_COMMAND_ENV = "LR_LAUNCH_COMMAND"
@@ -69,8 +69,7 @@ def _fixed_world(args: Any) -> tuple[int, int] | None:
 
 def _check(train_flags: list[str], args: Any) -> TrainConfig:
     """What the workers would refuse at start-up, checked before they start (ConfigError)."""
-    cfg = parse_train_config(train_flags)
-    check_accelerate_env(os.environ, cfg.accelerator.mixed_precision)
+    cfg, _ = apply_accelerate_env(parse_train_config(train_flags), os.environ)  # the workers print what applied
     validate(cfg)
     world = _fixed_world(args)
     if world is not None:

@@ -1,6 +1,6 @@
 """Building the pieces of a run, each in one named step. Called on every rank.
 
-Order (the two-phase resume contract of ARCHITECTURE.md):
+Order (the two-phase resume of docs/architecture.md, The order of a run):
 1. `prepare_output` (main rank decides the folder, every rank agrees on it);
 2. `build_data`: dataset, processors and the rank-independent sampler, positioned at the
    resumed step;
@@ -30,7 +30,6 @@ from lr_checkpoint import list_step_dirs
 from lr_config import (
     ConfigError,
     DatasetConfig,
-    ParallelismConfig,
     PolicyConfigBase,
     TrainConfig,
     TrainingStep,
@@ -279,12 +278,6 @@ def parallelize(policy: nn.Module, cfg: TrainConfig, ctx: DistContext) -> tuple[
         return apply_ddp(policy, cfg, ctx), None
     plan = plan_wrap(policy, cfg, policy_type(policy)._fsdp_wrap_modules)
     return apply_fsdp(policy, cfg, ctx, plan), plan
-
-
-def resolved_parallelism(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
-    topo = ctx.topology
-    par = ParallelismConfig(dp_replicate=topo.dp_replicate, dp_shard=topo.dp_shard, context_parallel=cfg.parallelism.context_parallel)
-    return replace(cfg, parallelism=par)
 
 
 def new_run_id() -> str:

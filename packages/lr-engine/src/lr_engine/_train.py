@@ -44,7 +44,7 @@ from ._launcher import LAUNCH_COMMAND_ENV
 from ._metrics import MetricsSink, MetricsWindow, keep_records_through
 from ._optim import clip_and_norm, lr_at, make_optimizer, set_lr
 from ._parallel.dist import DistContext
-from ._parallel.precision import autocast_for, make_scaler
+from ._parallel.precision import autocast_for, effective_dtypes, make_scaler
 from ._parallel.wrap import WrapPlan, sync_ignored_grads
 from ._setup import (
     Data,
@@ -54,7 +54,6 @@ from ._setup import (
     parallelize,
     prepare_output,
     resolve_features,
-    resolved_parallelism,
     seed_everything,
 )
 
@@ -126,7 +125,7 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     cfg = prepare_output(cfg, ctx, resume.step_dir if resume else None)
     if resume is not None:
         checkpointing.check_steps_continue(cfg, resume.training_step.step)
-    cfg = resolve_features(resolved_parallelism(cfg, ctx), ctx, resume.step_dir if resume else None)
+    cfg = resolve_features(cfg, ctx, resume.step_dir if resume else None)
     data = build_data(cfg, ctx, resume.training_step if resume else None, resume.saved_config.dataset if resume else None)
     policy = build_policy(cfg, ctx.device)
     base_record = checkpointing.adapter_base(cfg, ctx, resume)
@@ -177,9 +176,17 @@ def banner(run: Run) -> None:
         last_update = cfg.steps - cfg.steps % cfg.grad_accum_steps
         log(ctx, f"warning: --steps={cfg.steps} is not a multiple of the accumulation steps; the last partial accumulation is not applied"
                  + (f", and the final checkpoint is step {last_update}" if cfg.save_checkpoint else ""))
+    if cfg.save_checkpoint and cfg.save_freq % cfg.grad_accum_steps:
+        log(ctx, f"checkpoints: every {cfg.save_freq} steps, at the update that completes each (one every "
+                 f"{cfg.grad_accum_steps} loop steps with --accelerator.gradient_accumulation.steps={cfg.grad_accum_steps}): "
+                 f"steps {save_steps_text(cfg)}, ...")
+    if cfg.checkpoint_format != "safetensors" and cfg.save_checkpoint and not ctx.topology.sharded:
+        log(ctx, f"checkpoints: --checkpoint_format={cfg.checkpoint_format} shards nothing on a run that does not shard "
+                 f"({ctx.topology.describe()}): each checkpoint is one model.safetensors, as training_step.json records")
     if run.plan is not None:
         log(ctx, f"FSDP units ({run.plan.source}): {len(run.plan.units)}" + (f"; ignored: {', '.join(run.plan.ignored)}" if run.plan.ignored else ""))
     log(ctx, f"dataset {cfg.dataset.root}: {len(run.data.dataset)} frames; output {run.output_dir}")
+    log(ctx, checkpointing.publish_plan(cfg))
 
 
 def batches(run: Run) -> Iterator[tuple[dict[str, torch.Tensor], float]]:
@@ -307,7 +314,21 @@ def training_step_record(run: Run, step: int) -> TrainingStep:
         seed=cfg.seed,
         run_id=run.run_id,
         topology=run.ctx.topology,
+        **effective_dtypes(cfg, run.ctx.topology.sharded),
     )
+
+
+def completes_save_boundary(step: int, k: int, save_freq: int) -> bool:
+    """Whether the update at loop step `step` (a multiple of K) completes a multiple of --save_freq:
+    the first update at or after each boundary saves, so any --save_freq works with any K."""
+    return step // save_freq > (step - k) // save_freq
+
+
+def save_steps_text(cfg: TrainConfig, count: int = 3) -> str:
+    """The first checkpoint steps, for the banner when the accumulation moves them off --save_freq."""
+    k, freq = cfg.grad_accum_steps, cfg.save_freq
+    steps = [s for s in range(k, min(cfg.steps, freq * (count + 1) + k) + 1, k) if completes_save_boundary(s, k, freq)]
+    return ", ".join(str(s) for s in steps[:count])
 
 
 def loop(run: Run) -> int:
@@ -336,9 +357,9 @@ def loop(run: Run) -> int:
             stopping = last_micro and stop.agreed(run.ctx)
             if step % cfg.log_freq == 0 or step == cfg.steps or stopping:
                 window = log_step(run, window, sink, step)
-            # at updates only (--save_freq is a multiple of K); the final save is at the last update,
-            # which is before --steps when a partial accumulation ends the run (the banner says so)
-            if cfg.save_checkpoint and last_micro and (step % cfg.save_freq == 0 or step + K > cfg.steps or stopping):
+            # at the update that completes each --save_freq boundary, and at the last update (before
+            # --steps when a partial accumulation ends the run); the banner says which steps
+            if cfg.save_checkpoint and last_micro and (completes_save_boundary(step, K, cfg.save_freq) or step + K > cfg.steps or stopping):
                 checkpointing.save(run, step, training_step_record(run, step))
             if stopping:
                 run.stopped = True
@@ -451,15 +472,15 @@ def train(cfg: TrainConfig, ctx: DistContext) -> TrainResult:
         # (a refused run writes nothing, not even a cache)
         one_per_node(ctx, run.data.dataset.map_files)
         last = loop(run)
-        checkpointing.write_final_model(run)
+        final_state = checkpointing.write_final_model(run)
     except BaseException as exc:
         write_status(run, "failed", run.current_step, error=f"{type(exc).__name__}: {exc}")
         raise
     write_status(run, "stopped" if run.stopped else "finished", last)
-    if cfg.policy.push_to_hub:
-        checkpointing.publish(run, last)
     saved = f"checkpoints in {run.output_dir / 'checkpoints'}" if cfg.save_checkpoint else "no checkpoints (--save_checkpoint=false)"
     log(ctx, f"done: {saved}, metrics in {run.output_dir / 'metrics.jsonl'}, model in {run.output_dir / 'pretrained_model'}")
     if cfg.save_checkpoint:
         log(ctx, resume_hint(run, last))
+    if checkpointing.pushes(cfg):  # last: a push that fails leaves the run finished and ends with the retry command
+        checkpointing.publish(run, last, final_state)
     return TrainResult(output_dir=run.output_dir, stopped=run.stopped, step=last)

@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 
-from lr_config import VERSION_FLAG, ConfigError, check_accelerate_env, did_you_mean, format_help, parse_train_config, validate, versions_text
+from lr_config import VERSION_FLAG, ConfigError, apply_accelerate_env, did_you_mean, format_help, parse_train_config, validate, versions_text
 
 from ._streams import guard_streams
 
@@ -83,10 +83,9 @@ def run(argv: list[str]) -> int:
         print(format_help())
         return 0
     try:
-        cfg = parse_train_config(flags)
-        acknowledged = check_accelerate_env(os.environ, cfg.accelerator.mixed_precision)
-        if acknowledged and int(os.environ.get("RANK", "0")) == 0:
-            print(f"warning: ignoring {', '.join(acknowledged)} (LR_ALLOW_ACCELERATE_ENV=1)", file=sys.stderr)
+        cfg, applied = apply_accelerate_env(parse_train_config(flags), os.environ)
+        if applied and int(os.environ.get("RANK", "0")) == 0:
+            print("accelerate's environment applied (its override is set): " + "; ".join(applied), flush=True)
         # Every rule that needs no world size, before torch is imported: a bad value exits
         # 2 in a fraction of a second; the launched world is checked in init_distributed.
         validate(cfg)

@@ -79,7 +79,7 @@ def weights_kind(model_dir: Path) -> str:
         step_dir = model_dir.parent if model_dir.name == "pretrained_model" else model_dir
         raise PublishError(
             f"{model_dir} holds only DCP shards, which are never uploaded: run "
-            f"`lr-checkpoint convert --checkpoint_dir={step_dir}` first to write model.safetensors, then publish again"
+            f"`lr-checkpoint convert {step_dir}` first to write model.safetensors, then publish again"
         )
     raise PublishError(
         f"{model_dir} has no weights to publish: expected model.safetensors, "

@@ -3,7 +3,8 @@
 Order (no rank branches at the call site):
 1. every rank: validate the repo id (the same on every rank, so all fail alike), then
    `lr_checkpoint.gather_model_state_dict(model)`, a collective: the full fp32 CPU state
-   dict on the main rank, `{}` elsewhere;
+   dict on the main rank, `{}` elsewhere (skipped when the caller passes the state it
+   gathered already: the end of a training run gathers once);
 2. main rank only: find the token, write the publish folder under a temporary name
    (weights, `write_pretrained(dir)` for config.json and the processors, train_config.json,
    README.md), check it, rename it to `folder`, push it with retries;
@@ -63,6 +64,7 @@ def _write_folder(
 def publish_trained_model(
     model: torch.nn.Module,
     *,
+    state_dict: dict[str, torch.Tensor] | None = None,
     train_config: TrainConfig,
     training_step: TrainingStep,
     write_pretrained: Callable[[Path], None],
@@ -73,12 +75,15 @@ def publish_trained_model(
     token: str | None = None,
     folder: Path,
 ) -> str | None:
-    """Gather, write, check and push the trained model (see the module docstring); every rank calls it."""
+    """Gather, write, check and push the trained model (see the module docstring); every rank calls it.
+    `state_dict`: the full state the caller gathered already (the main rank's; {} elsewhere), so the
+    end of a training run gathers once for its own folder and the publish."""
     import torch.distributed as dist
     from lr_checkpoint import gather_model_state_dict
 
     check_repo_id(repo_id, flag="--policy.repo_id")
-    state_dict = gather_model_state_dict(model)
+    if state_dict is None:
+        state_dict = gather_model_state_dict(model)
     url: str | None = None
     failure: Exception | None = None
     if not _distributed() or dist.get_rank() == 0:

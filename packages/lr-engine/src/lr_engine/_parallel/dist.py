@@ -7,7 +7,7 @@ initializes gloo (CPU) or NCCL (CUDA) with a collective timeout, and builds the 
 with named axes (`dp_replicate`, `dp_shard`). A single process gets no process group and
 no mesh; everything else takes the same path on CPU and GPU.
 
-`finish(code)` is the tear-down FACTS.md requires on every rank: barrier, destroy the
+`finish(code)` is the tear-down gloo needs on every rank (docs/architecture.md, measured facts): barrier, destroy the
 process group, flush, `os._exit`. Without it gloo aborts at interpreter exit at random.
 `abort(code)` is for a rank that failed: no collective (the others may be gone), exit now;
 torchrun then stops the remaining ranks.
@@ -100,6 +100,24 @@ def requested_device(requested: str, local_rank: int) -> torch.device:
     return torch.device(kind, index)
 
 
+def precision_problem(precision: str, device: torch.device, bf16_supported: bool) -> str:
+    """Why `--accelerator.mixed_precision` cannot run on `device` ("" when it can): a GPU before
+    Ampere has no bf16 (torch would emulate it slowly, or fail inside a kernel)."""
+    if precision == "bf16" and device.type == "cuda" and not bf16_supported:
+        return (
+            f"--accelerator.mixed_precision=bf16: {device} has no bf16 support; use --accelerator.mixed_precision=fp16 "
+            "(with its loss scaler) or no"
+        )
+    return ""
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    supported = device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False)
+    problem = precision_problem(precision, device, supported)
+    if problem:
+        raise ConfigError(problem)
+
+
 def best_device(requested: str | None, local_rank: int) -> torch.device:
     """--policy.device (checked against this machine), else the best available: cuda, mps, xpu, cpu."""
     if requested:
@@ -143,6 +161,7 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
     world, rank, local_rank, nnodes = launcher_world()
     topo = validate_for_world(cfg, world, nnodes)
     device = best_device(cfg.policy.device, local_rank)
+    check_precision(cfg.accelerator.mixed_precision, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     mesh: DeviceMesh | None = None

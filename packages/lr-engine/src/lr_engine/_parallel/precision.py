@@ -4,8 +4,11 @@
 - FSDP2/HSDP: a `MixedPrecisionPolicy` (bf16 -> param bf16, reduce fp32; fp16 -> param
   fp16, reduce fp32), and no autocast. When any
   `--accelerator.fsdp.mixed_precision_policy.*` field is set, the policy is built from
-  those fields alone; unset fields keep torch's defaults, so an unset `reduce_dtype`
-  follows torch's rule: gradients are reduced in `param_dtype` (no separate reduce cast).
+  those fields alone; unset fields keep torch's defaults. An unset `reduce_dtype` follows
+  torch's rule, which changed in torch 2.15: from 2.15 on, gradients are reduced in the
+  parameter's own dtype (fp32 for lr's fp32 master weights); before, in `param_dtype`.
+  `effective_dtypes` says what a run computes, reduces and outputs in; every checkpoint's
+  training_step.json records it.
 - fp16 always builds a `GradScaler`; the inf/NaN decision is made on the global gradient
   norm (an all-reduce on sharded runs), so every rank skips the same steps.
 """
@@ -36,6 +39,29 @@ def fsdp_mixed_precision(cfg: TrainConfig) -> MixedPrecisionPolicy | None:
     if dtype is None:
         return None
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def reduce_follows_param_dtype(torch_version: str) -> bool:
+    """Whether FSDP2 reduces in `param_dtype` when `reduce_dtype` is unset (torch before 2.15)."""
+    major, minor = (int(part) for part in torch_version.split(".")[:2])
+    return (major, minor) < (2, 15)
+
+
+def effective_dtypes(cfg: TrainConfig, sharded: bool) -> dict[str, str]:
+    """What the run computes in (param_dtype), reduces gradients in (reduce_dtype) and outputs."""
+    if not sharded:  # fp32 weights and gradients; autocast computes and outputs in the precision's dtype
+        compute = _PRECISION.get(cfg.accelerator.mixed_precision, torch.float32)
+        return {"param_dtype": _name(compute), "reduce_dtype": "float32", "output_dtype": _name(compute)}
+    policy = fsdp_mixed_precision(cfg) or MixedPrecisionPolicy()
+    param = policy.param_dtype or torch.float32
+    reduce = policy.reduce_dtype
+    if reduce is None:
+        reduce = param if reduce_follows_param_dtype(torch.__version__) else torch.float32
+    return {"param_dtype": _name(param), "reduce_dtype": _name(reduce), "output_dtype": _name(policy.output_dtype or param)}
 
 
 @contextlib.contextmanager

@@ -73,6 +73,13 @@ def choose_units(model: nn.Module, fsdp: FSDPConfig, policy_units: list[str]) ->
     return [], "nothing"
 
 
+def largest_submodule(model: nn.Module) -> tuple[str, int]:
+    """(path, parameter count) of the model's largest submodule (not the root)."""
+    sizes = [(sum(p.numel() for p in m.parameters()), fqn) for fqn, m in model.named_modules() if fqn]
+    size, name = max(sizes, default=(0, "(none)"))
+    return name, size
+
+
 def check_tied_parameters(model: nn.Module, units: list[tuple[str, nn.Module]]) -> None:
     """Raise naming parameters that are shared across a unit boundary."""
     prefixes = sorted((fqn for fqn, _ in units), key=len, reverse=True)
@@ -94,6 +101,14 @@ def check_tied_parameters(model: nn.Module, units: list[tuple[str, nn.Module]]) 
 
 def plan_wrap(model: nn.Module, cfg: TrainConfig, policy_units: list[str]) -> WrapPlan:
     units, source = choose_units(model, cfg.accelerator.fsdp, policy_units)
+    threshold = cfg.accelerator.fsdp.min_num_params
+    if not units and threshold is not None and cfg.accelerator.fsdp.wrap_modules is None:
+        name, size = largest_submodule(model)
+        raise ConfigError(
+            f"--accelerator.fsdp.min_num_params={threshold}: no submodule of {type(model).__name__} has that many parameters "
+            f"(the largest, {name}, has {size:,}); lower it to at most {size:,}, or name the unit classes with "
+            "--accelerator.fsdp.wrap_modules"
+        )
     if not units:
         raise ConfigError(
             f"no FSDP wrap units for {type(model).__name__}: sharding would wrap only the root. Set "

@@ -9,7 +9,9 @@ A policy is an `nn.Module` built from its lr-config dataclass and the dataset's 
 - `_fsdp_forward_methods`: entry points besides forward that must work on a sharded model.
 
 `save_pretrained(policy, dir)` writes `config.json` (the policy config, tagged by `type`,
-with `version`) and `model.safetensors`; `load_pretrained(dir)` reads them back. Weights
+with `version`) and `model.safetensors`; it is collective under a process group: every rank
+of any layout calls it (a plain, DDP-wrapped or FSDP2-sharded policy), the full state is
+gathered once, and the main rank writes. `load_pretrained(dir)` reads them back. Weights
 travel only as safetensors: nothing is unpickled.
 """
 
@@ -95,19 +97,30 @@ def make_policy(config: PolicyConfigBase) -> Policy:
     return policy_class(config.type_name)(config)
 
 
-def save_pretrained(policy: Policy, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
-    """config.json + model.safetensors (the given state dict, e.g. a gathered one)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    save_json(directory / "config.json", policy_config_dict(policy.config))
-    sd = state_dict if state_dict is not None else policy.state_dict()
-    write_tensor_dict(directory / "model.safetensors", sd)
+def save_pretrained(policy: nn.Module, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """config.json + model.safetensors, on every rank (see the module docstring): the state is
+    gathered here unless `state_dict` (the main rank's full one, gathered before) is given."""
+    import torch.distributed as dist
+    from lr_checkpoint import gather_model_state_dict
+
+    inner = policy.module if isinstance(policy, nn.parallel.DistributedDataParallel) else policy
+    assert isinstance(inner, Policy), f"save_pretrained takes a policy, got {type(inner).__name__}"
+    state = state_dict if state_dict is not None else gather_model_state_dict(policy)
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed or dist.get_rank() == 0:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_json(directory / "config.json", policy_config_dict(inner.config))
+        write_tensor_dict(directory / "model.safetensors", state)
+    if distributed:
+        dist.barrier()
 
 
 def load_weights(policy: nn.Module, directory: Path) -> None:
     path = Path(directory) / "model.safetensors"
     if not path.exists():
         dcp = Path(directory) / "pytorch_model_fsdp_0"
-        hint = f"; it has only DCP shards: run lr-checkpoint convert --checkpoint_dir={directory}" if dcp.exists() else ""
+        hint = f"; it has only DCP shards: run lr-checkpoint convert {directory}" if dcp.exists() else ""
         raise ConfigError(f"--policy.path: {path} is missing{hint}")
     try:
         state = load_file(str(path))
