@@ -6,7 +6,7 @@ Scenarios group several checks per launch (start-up dominates): `fsdp2` (2 ranks
 CRASH_AT=<pause point> it ends by pausing in a save, for the test to SIGKILL) and `hsdp`
 (4 ranks, 2x2: loads the fsdp2 saves, and damaged copies of the gathered files).
 Any failed assertion exits non-zero with its traceback; success prints `OK <scenario>`.
-Every run ends with the teardown FACTS.md prescribes for gloo.
+Every run ends with the teardown gloo needs (docs/architecture.md, measured facts).
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_cli_converts_through_the_last_link(ckpt_runs: Path, copy_step, capsys: 
     from lr_checkpoint.cli import main
 
     root = copy_step("fsdp_dcp")
-    assert main(["convert", f"--checkpoint_dir={root.parent / 'last'}", "--dtype=fp32"]) == 0
+    assert main(["convert", str(root.parent / "last"), "--dtype=fp32"]) == 0  # the folder as a positional argument, as inspect and verify take it
     assert capsys.readouterr().out.startswith("wrote ")
     assert_same(load_file(str(root / "pretrained_model" / "model.safetensors")), gathered(ckpt_runs))
 
@@ -130,7 +130,7 @@ def test_cli_conversion_memory_stays_near_one_tensor(tmp_path: Path) -> None:
 
 def test_dcp_only_checkpoint_points_to_convert(ckpt_runs: Path, copy_step) -> None:  # type: ignore[no-untyped-def]
     root = copy_step("fsdp_dcp")
-    with pytest.raises(lc.CheckpointError, match=rf"only DCP shards .*run `lr-checkpoint convert --checkpoint_dir={root.resolve()}` first"):
+    with pytest.raises(lc.CheckpointError, match=rf"only DCP shards .*run `lr-checkpoint convert {root.resolve()}` first"):
         lc.model_weights_file(root / "pretrained_model")
     lc.convert_checkpoint(root)
     assert lc.model_weights_file(root.parent / "last") == root.resolve() / "pretrained_model" / "model.safetensors"

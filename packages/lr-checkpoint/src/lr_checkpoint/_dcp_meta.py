@@ -106,7 +106,11 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return _FUNCTIONS[(module, name)]
         if module == "torch" and name in DTYPE_CODES:
             return _DType(name)
-        raise pickle.UnpicklingError(f"refers to {module}.{name}")
+        raise _UnknownClass(f"{module}.{name}")
+
+
+class _UnknownClass(pickle.UnpicklingError):
+    """A class outside the restricted reader's whitelist (its argument: the dotted name)."""
 
 
 @dataclass(frozen=True)
@@ -206,8 +210,24 @@ def _unpickle(path: Path) -> Any:
         raise CheckpointError(f"{path}: cannot read ({exc})") from None
     try:
         return _RestrictedUnpickler(io.BytesIO(raw)).load()
+    except _UnknownClass as exc:
+        raise CheckpointError(
+            f"{path}: not a valid DCP metadata file (refers to {exc.args[0]}, a class lr's restricted reader does not know; "
+            "it never falls back to pickle, since a checkpoint may come from anyone). It reads what torch "
+            f"{_torch_version()} and the other supported torch versions write: a checkpoint saved by a newer torch needs "
+            "a newer lr; otherwise the file is damaged or hostile. It was not loaded"
+        ) from None
     except Exception as exc:  # any failure of a hostile or truncated stream means the same
         raise _not_dcp(path, str(exc) or type(exc).__name__) from None
+
+
+def _torch_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def read_dcp_metadata(folder: Path) -> DcpMetadata:

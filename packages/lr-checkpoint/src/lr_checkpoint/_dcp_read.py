@@ -26,7 +26,7 @@ from ._dcp_direct import DirectFileSystemReader
 from ._dcp_meta import DcpMetadata, DcpTensor
 from ._errors import CheckpointError
 
-__all__ = ["iter_dcp_tensors", "load_dcp_tensor", "load_in_place"]
+__all__ = ["dcp_batches", "iter_dcp_tensors", "load_dcp_batch", "load_dcp_tensor", "load_in_place"]
 
 _BATCH_BYTES = 64 << 20
 
@@ -76,19 +76,34 @@ def load_dcp_tensor(folder: Path, key: str, entry: DcpTensor) -> torch.Tensor:
     return tensor
 
 
-def iter_dcp_tensors(meta: DcpMetadata, keys: list[str], batch_bytes: int = _BATCH_BYTES) -> Iterator[tuple[str, torch.Tensor]]:
-    """`(key, tensor)` for `keys` in order, loading consecutive tensors together up to
-    `batch_bytes` (one DCP load, its planning and metadata read, per batch instead of per
-    tensor), so memory holds one batch, or one tensor when it is bigger."""
+def dcp_batches(meta: DcpMetadata, keys: list[str], batch_bytes: int = _BATCH_BYTES) -> Iterator[list[str]]:
+    """`keys` in order, cut into runs of consecutive tensors of up to `batch_bytes` together
+    (a tensor bigger than that is a batch of its own). Each DCP load plans over the whole
+    metadata, so loading a checkpoint tensor by tensor costs the square of the tensor count."""
     batch: list[str] = []
     size = 0
-    for position, key in enumerate(keys):
+    for key in keys:
         batch.append(key)
         size += meta.tensors[key].nbytes
-        if size < batch_bytes and position + 1 < len(keys):
-            continue
-        state = {k: _empty(meta.tensors[k]) for k in batch}
-        _load(state, meta.folder)
-        batch, size = [], 0
-        for k in list(state):
+        if size >= batch_bytes:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def load_dcp_batch(meta: DcpMetadata, keys: list[str]) -> dict[str, torch.Tensor]:
+    """The whole tensors `keys` from the folder, in one DCP load (CheckpointError when unreadable)."""
+    state = {k: _empty(meta.tensors[k]) for k in keys}
+    _load(state, meta.folder)
+    return state
+
+
+def iter_dcp_tensors(meta: DcpMetadata, keys: list[str], batch_bytes: int = _BATCH_BYTES) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(key, tensor)` for `keys` in order, loading consecutive tensors together (`dcp_batches`:
+    one DCP load, its planning and metadata read, per batch instead of per tensor), so memory
+    holds one batch, or one tensor when it is bigger."""
+    for batch in dcp_batches(meta, keys, batch_bytes):
+        state = load_dcp_batch(meta, batch)
+        for k in batch:
             yield k, state.pop(k)

@@ -201,6 +201,6 @@ def model_weights_file(path: Path) -> Path:
     if files.has_model_dcp():
         raise CheckpointError(
             f"{files.root}: this checkpoint has only DCP shards ({files.model_dcp.name}/), no model.safetensors; "
-            f"run `lr-checkpoint convert --checkpoint_dir={files.root}` first"
+            f"run `lr-checkpoint convert {files.root}` first"
         )
     raise CheckpointError(f"{files.model}: file not found and no DCP shards either; the checkpoint is incomplete")

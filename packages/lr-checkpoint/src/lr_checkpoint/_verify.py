@@ -18,7 +18,7 @@ from safetensors import safe_open
 
 from ._checksums import checksum_problems
 from ._dcp_meta import read_whole_dcp_metadata
-from ._dcp_read import load_dcp_tensor
+from ._dcp_read import dcp_batches, load_dcp_batch, load_dcp_tensor
 from ._errors import CheckpointError
 from ._layout import StepFiles, resolve_step_dir
 from ._json_files import read_json_object, read_optimizer_json
@@ -63,11 +63,15 @@ def _read_dcp(folder: Path) -> list[str]:
     _collect(problems, parse)
     if meta is None:
         return problems
-    for key, entry in sorted(meta.tensors.items()):
+    for batch in dcp_batches(meta, sorted(meta.tensors)):
         try:
-            load_dcp_tensor(folder, key, entry)
-        except CheckpointError as exc:
-            problems.append(f"{folder}: tensor {key!r} unreadable ({exc.problems[0]})")
+            load_dcp_batch(meta, batch)
+        except CheckpointError:  # name each unreadable tensor of the batch
+            for key in batch:
+                try:
+                    load_dcp_tensor(folder, key, meta.tensors[key])
+                except CheckpointError as exc:
+                    problems.append(f"{folder}: tensor {key!r} unreadable ({exc.problems[0]})")
     return problems
 
 

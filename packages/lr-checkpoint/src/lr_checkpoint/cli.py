@@ -1,6 +1,6 @@
 """`lr-checkpoint`: convert, inspect and verify checkpoints (one process, no GPU).
 
-    lr-checkpoint convert --checkpoint_dir=DIR [--dtype=fp32|bf16|fp16] [--overwrite=true] [--delete_dcp=true]
+    lr-checkpoint convert DIR [--dtype=fp32|bf16|fp16] [--overwrite=true] [--delete_dcp=true]
                           [--push_to_hub=user/name [--private=true]]
     lr-checkpoint inspect DIR [--json]
     lr-checkpoint verify DIR
@@ -182,6 +182,7 @@ COMMANDS: dict[str, Command] = {
             "private": "true to publish to a private repo (with --push_to_hub; an existing public repo is refused).",
         },
         _run_convert,
+        positional_dir=True,
     ),
     "inspect": Command("Describe a checkpoint from its headers.", {"checkpoint_dir": _DIR_HELP, "json": "true for JSON output."}, _run_inspect, positional_dir=True),
     "verify": Command("Check every file is present, complete and readable.", {"checkpoint_dir": _DIR_HELP}, _run_verify, positional_dir=True),
