@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -164,7 +165,7 @@ def test_damaged_shard_bytes_are_a_clear_error(copy_step) -> None:  # type: igno
 def test_incomplete_checkpoint_lists_each_missing_file(copy_step) -> None:  # type: ignore[no-untyped-def]
     root = copy_step("fsdp_safetensors")
     (root / "training_state" / "training_step.json").unlink()
-    (root / "training_state" / "optimizer_state.safetensors").unlink()
+    shutil.rmtree(root / "training_state" / "optimizer_0")  # a sharded run's optimizer: DCP in every format
     (root / "training_state" / "scheduler_state.json").write_text("{not json")
     problems = lc.verify_checkpoint(root)
     assert any("training_step.json: file not found" in p for p in problems)

@@ -218,15 +218,13 @@ def _save_model(save: _Save, model: nn.Module, adapter: bool) -> None:
 
 
 def _save_optimizer(save: _Save, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    if save.fmt in _DCP_FORMATS:
+    """A sharded optimizer is always written as DCP shards, whatever the format (the guide's
+    rule): gathering it into one file would cost the main rank the whole state's memory and
+    time. Only a model that is not sharded writes optimizer_state.safetensors."""
+    if save.fmt in _DCP_FORMATS or is_sharded(model):
         tensors, extra = split_optimizer_state(local_optimizer_state(model, optimizer))
         _write_dcp(save, dict(tensors), save.files.optimizer_dcp)
         _main_rank_block(save, lambda: save_json(save.files.optimizer_groups, extra), f"writing {save.files.optimizer_groups}")
-        return
-    if is_sharded(model):
-        tensors, extra = split_optimizer_state(local_optimizer_state(model, optimizer))
-        _record(save, save.files.optimizer, write_gathered(save.files.optimizer, tensors, None, f"writing {save.files.optimizer}"))
-        run_on_main(lambda: save_json(save.files.optimizer_groups, extra), f"writing {save.files.optimizer_groups}")
         return
     full = full_optimizer_state(model, optimizer)
 

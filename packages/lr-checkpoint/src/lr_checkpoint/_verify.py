@@ -80,7 +80,10 @@ def _required(files: StepFiles, fmt: str | None) -> list[Path]:
     paths = [files.config, files.train_config, files.training_step, files.rng, files.scheduler, files.optimizer_groups]
     if fmt in ("safetensors", "safetensors_dcp"):
         paths.append(files.model)
-    paths.append(files.optimizer if fmt == "safetensors" else files.optimizer_dcp)
+    # a sharded run's optimizer is DCP in every format (a `safetensors` one saved before lr wrote it so
+    # holds the gathered file instead)
+    sharded_optimizer = fmt != "safetensors" or files.optimizer_dcp.exists()
+    paths.append(files.optimizer_dcp if sharded_optimizer else files.optimizer)
     return paths
 
 
