@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import shlex
 import struct
 import sys
 from pathlib import Path
 
 import pytest
 from _support.runs import TinyRun, copy_run
-from tui_support import app_ready, make_checkpoint, point_last, wait_until
+from tui_support import app_ready, make_checkpoint, point_last, wait_until, write_run_status
 
 from lr_config import LaunchSpec, build_resume_launch, format_command
+from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._app import LrApp
+from lr_tui._screens.resume import ResumeScreen
 from lr_tui._views import checkpoints as checkpoints_view
 from lr_tui._widgets.text_panel import TextPanel
 
@@ -50,39 +54,74 @@ async def test_table_lists_step_dirs_and_details_come_from_headers(tmp_path):
         ]
         assert app.focused is app.query_one("#ckpt-table")
         details = app.query_one("#ckpt-details", TextPanel)
+        # it opens on the checkpoint `last` points to, not on the oldest
+        assert app.checkpoints_view.selected().name == "000200" and details.border_title == "details: 000200"
+        assert details.text.splitlines()[2:4] == ["batch 8 x dp_world 2 x grad_accum 1", "precision fp16, saved as dcp"]
+        await pilot.press("up")
+        await pilot.pause()
+        assert details.border_title == "details: 000100"
         assert "             4 tensors (4 F32), 2.6 KB of data" in details.text.splitlines()
         assert "     3.9 KB  pytorch_model_fsdp_0/  3 files" in details.text.splitlines()
+        assert "precision bf16, saved as safetensors_dcp" in details.text.splitlines()
+
+
+async def test_it_opens_on_last_again_for_another_run_but_keeps_the_choice_on_refresh(tmp_path):
+    for run, last in (("a", 100), ("b", 300)):
+        for step in (100, 200, 300):
+            make_checkpoint(tmp_path / run, step)
+        point_last(tmp_path / run, last)
+    app = LrApp(tmp_path / "a", plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        view = app.checkpoints_view
+        assert view.selected().name == "000100"  # a's last is its oldest
         await pilot.press("down")
+        await pilot.press("f5")
         await pilot.pause()
-        assert details.border_title == "details: 000200"
-        assert details.text.splitlines()[2] == "batch 8 x dp_world 2 x grad_accum 1, fp16"
+        assert view.selected().name == "000200"  # a refresh keeps the row chosen
+        app.open_run(tmp_path / "b")
+        await pilot.pause()
+        assert view.selected().name == "000300"
 
 
-async def test_copy_resume_command_uses_the_launch_form_and_says_if_it_is_sample_exact(tmp_path):
-    step_dir = make_checkpoint(tmp_path, 100, batch_size=8)
-    app = LrApp(tmp_path, plan_runner=None)
+async def test_resume_opens_the_resume_screen_of_the_selected_checkpoint_and_launches_it(tmp_path, monkeypatch):
+    """r resumes the checkpoint selected (here not the last one): the resume screen with its
+    fields, the command to copy, and ctrl+r launches it into the run folder, watched in the Monitor."""
+    fake = tmp_path / "bin" / "torchrun"  # stands in for torchrun: prints its argv
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport sys\nprint('fake torchrun', *sys.argv[1:])\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(cli_tasks, "resolve_executable", lambda name: str(fake) if name == "torchrun" else name)
+    run = tmp_path / "run"
+    older = make_checkpoint(run, 100, batch_size=8)
+    make_checkpoint(run, 200, batch_size=8)
+    point_last(run, 200)
+    write_run_status(run, status="stopped", step=200, steps=300)
+    app = LrApp(run, plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await app_ready(pilot)
-        launch = app.launch_view
-        launch.rows["nproc_per_node"].set_value("4")
-        launch.rows["dp_shard"].set_value("-1")
+        app.launch_view.rows["nproc_per_node"].set_value("4")  # the form's process count is not the checkpoint's
         await open_checkpoints(pilot)
-        await pilot.press("r")
+        await pilot.press("up", "r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ResumeScreen), what="the resume screen")
+        screen = app.screen
+        assert isinstance(screen, ResumeScreen) and screen.step_dir == older.absolute() and not screen.is_last
+        assert str(screen.query_one("#resume-saved").render()).startswith("000100: step 100, FSDP2 dp_replicate=1 dp_shard=2 world=2")
+        assert screen.query_one("#resume-nproc-per-node").value == "2"  # type: ignore[attr-defined]
+        expected = build_resume_launch(LaunchSpec(nproc_per_node=2), older.absolute(), [])
+        assert screen.plan is not None and screen.plan.argv is not None
+        assert screen.plan.argv[-3:] == expected[-3:] and screen.plan.argv[0] == str(fake)
+        assert str(screen.query_one("#resume-exact").render()) == "sample-exact: yes (batch 8 x dp 2 = 16, as saved)"
+        await pilot.press("ctrl+y")
+        assert app.clipboard == format_command(screen.plan.argv) == screen.query_one("#resume-command", TextPanel).text
+        await pilot.press("ctrl+r")
         await pilot.pause()
-        expected = format_command(build_resume_launch(LaunchSpec(nproc_per_node=4), step_dir.absolute(), ["--parallelism.dp_shard=-1"]))
-        assert app.clipboard == expected
-        assert output(app).splitlines()[-1] == "sample-exact: no (batch 8 x dp 2 -> 8 x dp 4); resumes at the right epoch and offset"
-
-        launch.rows["nproc_per_node"].set_value("2")
-        await pilot.press("r")
-        await pilot.pause()
-        assert output(app).splitlines()[-1] == "sample-exact: yes (batch 8 x dp 2 = 16, as saved)"
-
-        launch.rows["dp_shard"].set_value("")
-        launch.rows["nproc_per_node"].set_value("3")
-        await pilot.press("r")
-        await pilot.pause()
-        assert output(app).startswith("cannot resume 000100 with 3 process(es):\n--parallelism.dp_replicate x --parallelism.dp_shard")
+        monitor = app.monitor_view
+        assert app.query_one("#views").active == "monitor" and monitor.run_dir == run and monitor.process is not None
+        assert monitor.process.wait(timeout=60) == 0
+        await wait_until(pilot, lambda: "fake torchrun" in (run / "logs" / "launch.log").read_text(), what="the launch")
+        launched = (run / "logs" / "launch.log").read_text()
+        assert f"--config_path={older.absolute()}/pretrained_model/train_config.json" in launched and "--resume=true" in launched
 
 
 async def test_publish_asks_for_a_valid_repo_id_then_runs_the_cli(tmp_path, monkeypatch):
@@ -118,12 +157,37 @@ async def test_verify_streams_the_cli_output_and_reports_failure(tmp_path, monke
         await pilot.press("v")
         await wait_until(pilot, lambda: "failed" in output(app), what="the verify task")
         assert output(app).splitlines() == [
-            "$ lr-checkpoint verify 000100",
+            f"$ {shlex.join([sys.executable, '-c', script, '000100'])}",  # what runs, exactly
             "checking 000100",
             "shard 3 missing",
             "lr-checkpoint verify 000100: failed (exit 2)",
         ]
         assert app.query_one("#ckpt-output").has_class("-error")
+
+
+async def test_a_running_task_counts_its_seconds(tmp_path, monkeypatch):
+    """A verify (convert, publish) that takes over a second: the output panel says it is running, and for how long."""
+    make_checkpoint(tmp_path, 100)
+    script = "import time; print('checking', flush=True); time.sleep(2.5); print('ok')"
+    monkeypatch.setattr(checkpoints_view, "verify_argv", lambda path: [sys.executable, "-c", script])
+    app = LrApp(tmp_path, plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_checkpoints(pilot)
+        panel = app.query_one("#ckpt-output", TextPanel)
+        running = re.compile(r"running: (\d+) s")
+
+        def seconds() -> int:
+            match = running.fullmatch(panel.border_subtitle)
+            return int(match.group(1)) if match else -1
+
+        await pilot.press("v")
+        await wait_until(pilot, lambda: seconds() >= 0, what="the task to start")
+        first = seconds()
+        await wait_until(pilot, lambda: "checking" in output(app), what="its first line")
+        assert seconds() >= first  # a line of output keeps the count
+        await wait_until(pilot, lambda: seconds() > first, what="a second to be counted")
+        await wait_until(pilot, lambda: "done" in output(app), what="the end")
+        assert panel.border_subtitle.startswith("done in ") and panel.border_subtitle.endswith(" s")
 
 
 def flip_tensor_bytes(path: Path) -> None:
@@ -153,7 +217,7 @@ async def test_verify_runs_the_real_cli_and_names_the_damaged_file(tiny_run: Tin
         await pilot.press("down", "v")
         await wait_until(pilot, lambda: last_line_starts(app, "lr-checkpoint verify 000004: "), timeout=120, what="verify 000004")
         lines = output(app).splitlines()
-        assert lines[0] == "$ lr-checkpoint verify 000004"
+        assert lines[0] == f"$ lr-checkpoint verify {run / 'checkpoints' / '000004'}"  # exactly what runs
         assert f"PROBLEM: {damaged}: its bytes differ from the save (its checksum does not match checksums.json); " \
             "the file is damaged: resume from another checkpoint" in lines, lines
         assert f"1 problem(s) in {damaged.parents[1]}" in lines
@@ -179,7 +243,7 @@ async def test_publish_pushes_the_real_checkpoint_to_the_hub(tiny_run: TinyRun, 
         await pilot.press("down", "p", *"me/tinyact", "enter")
         await wait_until(pilot, lambda: last_line_starts(app, "lr-publish 000004 --repo_id=me/tinyact: "), timeout=120, what="the publish")
         lines = output(app).splitlines()
-        assert lines[0] == "$ lr-publish 000004 --repo_id=me/tinyact"
+        assert lines[0] == f"$ lr-publish --checkpoint_dir={pretrained.parent} --repo_id=me/tinyact"
         assert f"Model pushed to {hub_server.endpoint}/me/tinyact" in lines, lines
         assert lines[-1] == "lr-publish 000004 --repo_id=me/tinyact: done"
         assert not app.query_one("#ckpt-output").has_class("-error")

@@ -141,3 +141,22 @@ def test_an_async_save_is_saving_first_then_saved():
         ("checkpoint_saving", 0, "checkpoint saving in the background: 000004"),
         ("checkpoint_saved", 0, "checkpoint saved: 000004"),
     ]
+
+
+def test_once_a_run_finished_no_event_suggests_resuming_it_as_it_is():
+    """The captured stop, resume and finish, ended by the line lr-engine prints when a run
+    finishes: the stop and the saves no longer say "resume with r", only that a resume trains
+    with --steps above the final step; what comes after a later resume is advised afresh."""
+    lines = (DATA / "stop_resume.log").read_text().splitlines()
+    longer = "[rank0]:train longer with: torchrun -m lr_engine.cli train --resume=true --config_path=x/checkpoints/last --steps=30   (any --steps above 15)"
+    before = parse_lines(lines)
+    assert any("r in the Monitor" in e.advice for e in before)
+    after = parse_lines([*lines, longer])
+    assert [(e.kind, e.title) for e in after if e.kind == "finished"] == [("finished", "finished at step 15")]
+    assert not any("r in the Monitor" in e.advice or "(Monitor: r)" in e.advice for e in after if e.kind != "finished")
+    assert {e.advice for e in after if e.kind in ("checkpoint_saved", "stopped") and e.rank == 0} == {
+        "the run finished at step 15: a resume trains only with steps above 15"
+    }
+    assert_each_says_what_to_do(after)
+    again = parse_lines([*lines, longer, "[rank0]:checkpoint saved: x/checkpoints/000020"])
+    assert again[-1].advice.startswith("resume from it with r in the Monitor")

@@ -148,7 +148,7 @@ def test_formats():
 
 def test_cli_argv_are_lists_for_this_interpreter(tmp_path):
     assert cli_tasks.convert_argv(tmp_path, "bf16") == [
-        sys.executable, "-m", "lr_checkpoint.cli", "convert", f"--checkpoint_dir={tmp_path}", "--dtype=bf16"
+        sys.executable, "-m", "lr_checkpoint.cli", "convert", str(tmp_path), "--dtype=bf16"  # the folder is positional
     ]
     assert cli_tasks.convert_argv(tmp_path, "fp32", overwrite=True)[-1] == "--overwrite=true"
     assert cli_tasks.verify_argv(tmp_path) == [sys.executable, "-m", "lr_checkpoint.cli", "verify", str(tmp_path)]

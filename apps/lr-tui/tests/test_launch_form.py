@@ -10,6 +10,7 @@ from tui_support import SAMPLE_RUN
 
 from lr_config import LaunchSpec, build_launch, format_command, parse_train_config
 
+from lr_tui._cli_tasks import resolve_executable
 from lr_tui._launch_form import GENERAL, config_file, default_output_dir, default_values, evaluate, filled_from_file, values_from_config
 
 
@@ -25,7 +26,10 @@ def test_preview_is_exactly_lr_configs_command():
         ["--steps=50", "--batch_size=8", "--accelerator.gradient_accumulation.steps=2", "--parallelism.dp_shard=-1"]
     )
     assert plan.ok
-    assert plan.preview == format_command(build_launch(LaunchSpec(nproc_per_node=4), cfg))
+    built = build_launch(LaunchSpec(nproc_per_node=4), cfg)
+    # lr-config's command, with the launcher this environment runs (not a bare name on PATH)
+    assert plan.argv == [resolve_executable("torchrun"), *built[1:]] and Path(plan.argv[0]).is_absolute()
+    assert plan.preview == format_command(plan.argv)
     assert plan.batch_line().splitlines() == [
         "batch 8 x dp_world 4 x grad_accum 2 = 64 effective",
         "FSDP2 dp_replicate=1 dp_shard=4 world=4",
@@ -172,7 +176,7 @@ def test_config_file_is_none_until_the_path_names_a_train_config(tmp_path):
 def test_accelerate_launcher():
     plan = evaluate(_values(launcher="accelerate", nproc_per_node="2", mixed_precision="bf16"))
     assert plan.argv is not None
-    assert plan.argv[:5] == ["accelerate", "launch", "--multi_gpu", "--num_processes=2", "--mixed_precision=bf16"]
+    assert plan.argv[:5] == [resolve_executable("accelerate"), "launch", "--multi_gpu", "--num_processes=2", "--mixed_precision=bf16"]
 
 
 def test_values_from_config_round_trip_through_the_form():
@@ -188,7 +192,7 @@ def test_values_from_config_round_trip_through_the_form():
 
 
 def test_general_problems_have_their_own_key():
-    plan = evaluate(_values(extra="--version=2"))
+    plan = evaluate(_values(extra="--version=99"))  # a schema version that does not exist
     assert "--version" in plan.problems["extra"][0]
     assert GENERAL not in plan.problems
 

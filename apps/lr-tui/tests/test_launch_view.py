@@ -19,6 +19,7 @@ from tui_support import SAMPLE_RUN, app_ready, make_checkpoint, notices, point_l
 
 from lr_config import LaunchSpec, Topology, build_launch, format_command, load_run_status, parse_train_config, save_json, to_dict
 from lr_tui import _cli_tasks as cli_tasks
+from lr_tui import _clipboard as clipboard
 from lr_tui._app import LrApp
 from lr_tui._run_control import read_launch_record
 from lr_tui._screens.prompt import TextPrompt
@@ -75,7 +76,7 @@ async def test_editing_fields_updates_preview_validation_and_effective_batch():
         await type_into(pilot, "grad_accum", "2")
         await pilot.pause()
         cfg = parse_train_config(["--batch_size=8", "--accelerator.gradient_accumulation.steps=2"])
-        assert panel_text(app, "#preview") == format_command(build_launch(LaunchSpec(nproc_per_node=4), cfg))
+        assert panel_text(app, "#preview") == format_command(cli_tasks.launch_argv(build_launch(LaunchSpec(nproc_per_node=4), cfg)))
         assert str(app.query_one("#batch").render()).splitlines()[0] == "batch 8 x dp_world 4 x grad_accum 2 = 64 effective"
 
         await type_into(pilot, "dp_shard", "3")
@@ -151,6 +152,33 @@ async def test_real_subprocess_plan_shows_the_cli_output():
         assert plan.has_class("-error") and plan.border_subtitle == "world size 1, exit 3"
 
 
+async def test_a_running_plan_counts_its_seconds():
+    """A dry run takes seconds (lr-engine imports torch): its panel says it is running, and for how long."""
+    release = asyncio.Event()
+
+    async def slow_planner(argv: list[str]) -> tuple[int, str]:
+        await release.wait()
+        return 0, "planned"
+
+    app = LrApp(plan_runner=slow_planner, plan_delay=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        plan = app.query_one("#plan", TextPanel)
+        running = re.compile(r"running lr-engine --dry_run: (\d+) s")
+
+        def seconds() -> int:
+            match = running.fullmatch(plan.border_subtitle)
+            return int(match.group(1)) if match else -1
+
+        await wait_until(pilot, lambda: seconds() >= 0, what="the plan to start")
+        assert plan.text == "planning ..."
+        first = seconds()
+        await wait_until(pilot, lambda: seconds() > first, what="a second to be counted")
+        release.set()
+        await wait_until(pilot, lambda: plan.text == "planned", what="the plan")
+        assert plan.border_subtitle == "world size 1"
+
+
 TINY_ACT = "--policy.dim_model=32 --policy.dim_feedforward=64 --policy.n_heads=2"
 """The tiny ACT (about 51k parameters) of the real plan and launch below."""
 
@@ -183,13 +211,55 @@ async def test_the_plan_panel_shows_the_real_dry_run(tiny_dataset):
         assert plan.border_subtitle == "world size 2" and not plan.has_class("-error")
 
 
-async def test_copy_puts_the_exact_command_on_the_clipboard():
+async def test_copy_puts_the_command_as_it_runs_on_the_clipboard_or_says_it_could_not(monkeypatch):
     app = LrApp(plan_runner=None)
     async with app.run_test(size=SIZE) as pilot:
         await app_ready(pilot)
         await type_into(pilot, "steps", "50")
         await pilot.press("ctrl+y")
-        assert app.clipboard == format_command(build_launch(LaunchSpec(), parse_train_config(["--steps=50"])))
+        built = build_launch(LaunchSpec(), parse_train_config(["--steps=50"]))
+        torchrun = cli_tasks.resolve_executable("torchrun")  # this environment's, where a bare `torchrun` is not on PATH
+        assert app.clipboard == panel_text(app, "#preview") == format_command([torchrun, *built[1:]])
+        assert Path(torchrun).is_absolute() and app.clipboard.startswith(f"{torchrun} \\\n  --standalone")
+        # headless, the OSC 52 write reaches no terminal: said, with where to copy it by hand
+        assert notices(app) == [
+            "Could not copy the launch command: there is no terminal (a headless app). "
+            "It is shown in the command panel: select it (shift+drag in most terminals) to copy by hand."
+        ]
+        monkeypatch.setattr(clipboard, "clipboard_problem", lambda app: None)  # a terminal that takes OSC 52
+        app.clear_notifications()
+        await pilot.press("ctrl+y")
+        assert notices(app) == ["Copied the launch command to the clipboard."]
+
+
+class _Terminal:
+    """What `clipboard_problem` reads of the app and of its output stream."""
+
+    is_headless = False
+
+    def __init__(self, tty: bool = True) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+async def test_the_clipboard_says_which_terminals_cannot_take_a_copy(monkeypatch):
+    for name in ("TERM_PROGRAM", "TMUX", "STY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    app = _Terminal()
+    monkeypatch.setattr(sys, "__stderr__", _Terminal(tty=False))
+    assert clipboard.clipboard_problem(app) == "the app's output is not a terminal"  # type: ignore[arg-type]
+    monkeypatch.setattr(sys, "__stderr__", _Terminal())
+    assert clipboard.clipboard_problem(app) is None  # type: ignore[arg-type]
+    monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    monkeypatch.setattr(clipboard, "_tmux_passes_clipboard", lambda: False)
+    assert "tmux set -s set-clipboard on" in (clipboard.clipboard_problem(app) or "")  # type: ignore[arg-type]
+    monkeypatch.setattr(clipboard, "_tmux_passes_clipboard", lambda: True)
+    assert clipboard.clipboard_problem(app) is None  # type: ignore[arg-type]
+    monkeypatch.setenv("TERM_PROGRAM", "Apple_Terminal")
+    assert (clipboard.clipboard_problem(app) or "").startswith("macOS Terminal ignores clipboard writes")  # type: ignore[arg-type]
 
 
 FAKE_TORCHRUN = """\
@@ -238,7 +308,9 @@ async def test_run_starts_the_command_detached_and_opens_its_monitor(tmp_path, m
         argv = json.loads(log.splitlines()[0].removeprefix("fake torchrun "))
         rank_logs = ["--tee=3", f"--log-dir={output_dir}/logs/ranks", "--log-line-prefix-template=[rank${rank}]:"]
         assert argv == [*rank_logs, "--standalone", "--nproc-per-node=1", "-m", "lr_engine.cli", "train", f"--output_dir={output_dir}", "--steps=50"]
-        assert "--tee=3" in app.query_one("#preview", TextPanel).text  # what ran is what the preview showed
+        record = read_launch_record(tmp_path / output_dir)
+        assert record is not None and record.argv == [str(tmp_path / "bin" / "torchrun"), *argv]
+        assert app.query_one("#preview", TextPanel).text == format_command(record.argv)  # what ran is what the preview showed
 
 
 @pytest.mark.multiprocess
@@ -273,6 +345,10 @@ async def test_run_starts_real_torchrun_and_the_monitor_follows_it_to_the_end(ti
             assert [r.step for r in monitor.records] == [1, 2, 3, 4]
             runs = monitor.query_one("#runs")
             assert [str(cell) for cell in runs.get_row(str(out))[:3]] == [str(out), "finished", "4/4"]
+            # the events of a finished run suggest no resume, but one that trains longer
+            await wait_until(pilot, lambda: any(e.kind == "finished" for e in monitor.events), what="the finished event")
+            saved = [e for e in monitor.events if e.kind == "checkpoint_saved"]
+            assert saved and all(e.advice == "the run finished at step 4: a resume trains only with steps above 4" for e in saved)
         finally:
             end(process.pid)
             process.wait(timeout=60)
@@ -389,7 +465,7 @@ async def test_presets_save_and_load_a_train_config_json(tmp_path, monkeypatch):
         await pilot.press("ctrl+a", "ctrl+k", *"p.json", "enter")
         await pilot.pause()
         saved = json.loads(preset.read_text())
-        assert saved["steps"] == 123 and saved["log_freq"] == 7 and saved["version"] == 1
+        assert saved["steps"] == 123 and saved["log_freq"] == 7 and saved["version"] == 2
 
         await type_into(pilot, "steps", "9")
         await type_into(pilot, "extra", "")
@@ -505,6 +581,7 @@ async def test_a_config_path_typed_in_more_flags_fills_the_fields_from_its_file(
         assert [rows[k].value for k in ("batch_size", "checkpoint_format", "dp_shard", "output_dir")] == ["8", "dcp", "2", "outputs/train/sample_run"]
         assert rows["nproc_per_node"].value == "2" and rows["extra"].value == "--config_path=run/checkpoints/000200"
         assert notices(app) == ["Fields filled from run/checkpoints/000200"]
+        app.clear_notifications()
         preview = panel_text(app, "#preview")
         assert "--batch_size" not in preview and "--checkpoint_format" not in preview
         assert not app.query_one("#notes").display
@@ -514,14 +591,39 @@ async def test_a_config_path_typed_in_more_flags_fills_the_fields_from_its_file(
         assert "--batch_size=16" in panel_text(app, "#preview")
         notes = app.query_one("#notes")
         assert notes.display and str(notes.render()) == "overrides run/checkpoints/000200: --batch_size=16 (file: 8)"
-        assert rows["batch_size"].value == "16" and len(notices(app)) == 1
+        assert rows["batch_size"].value == "16" and notices(app) == []  # not filled again
 
-        # asking to resume it: filled again, the output dir left to the parser (the run folder)
+        # asking to resume it: filled again but for the field changed by hand, the output dir left
+        # to the parser (the run folder)
         await type_into(pilot, "extra", "e", keep="--config_path=run/checkpoints/000200 --resume=tru")
         await pilot.pause()
-        assert rows["batch_size"].value == "8" and rows["output_dir"].value == ""
+        assert rows["batch_size"].value == "16" and rows["output_dir"].value == ""
         assert f"--output_dir={tmp_path / 'run'}" in panel_text(app, "#preview")
-        assert notices(app)[-1] == "Fields filled from run/checkpoints/000200"
+        assert notices(app)[-1] == "Fields filled from run/checkpoints/000200; kept yours: batch size"
+
+
+async def test_a_resume_typed_in_more_flags_keeps_the_fields_set_before_it(tmp_path, monkeypatch):
+    """The fields a person set, then `--resume=true --config_path=...` typed in "more flags": those
+    fields stay (and override the checkpoint's settings, as the note says); the others fill from it."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SAMPLE_RUN, tmp_path / "run")  # last: 000200, batch_size 8, dcp, dp_shard 2, steps 300
+    app = LrApp(plan_runner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        view, rows = app.launch_view, app.launch_view.rows
+        await type_into(pilot, "nproc_per_node", "2")
+        await type_into(pilot, "steps", "500")
+        await type_into(pilot, "lr", "0.0005")
+        await type_into(pilot, "extra", "t", keep="--resume=true --config_path=run/checkpoints/las")
+        await pilot.pause()
+        assert [rows[k].value for k in ("steps", "lr", "nproc_per_node")] == ["500", "0.0005", "2"]  # as typed
+        assert [rows[k].value for k in ("batch_size", "checkpoint_format", "dp_shard", "output_dir")] == ["8", "dcp", "2", ""]
+        assert notices(app) == ["Fields filled from run/checkpoints/last; kept yours: steps, lr"]
+        assert str(app.query_one("#notes").render()) == "overrides run/checkpoints/last: --steps=500 (file: 300), --optimizer.lr=0.0005 (file: 0.001)"
+        assert view.plan.ok and view.plan.cfg is not None, view.plan.problems
+        assert (view.plan.cfg.steps, view.plan.cfg.optimizer.lr, view.plan.cfg.batch_size) == (500, 0.0005, 8)
+        preview = panel_text(app, "#preview")
+        assert "--steps=500" in preview and "--optimizer.lr=0.0005" in preview and "--batch_size" not in preview
 
 
 async def test_save_preset_never_overwrites_and_a_failed_write_is_an_error(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from lr_tui._cli_tasks import start_training
 from lr_tui._run_control import read_launch_record
 from lr_tui._screens.resume import ResumeScreen
 from lr_tui._views.monitor import MonitorView
+from lr_tui._widgets.choice import Choice
 from lr_tui._widgets.metric_chart import MetricChart
 from lr_tui._widgets.text_panel import TextPanel
 
@@ -143,3 +144,115 @@ async def test_resume_refuses_a_run_that_started_while_its_screen_was_open(tmp_p
         finally:
             os.killpg(other.pid, signal.SIGKILL)
             other.wait(timeout=60)
+
+
+async def test_a_run_opened_by_a_relative_and_an_absolute_path_is_listed_once(tmp_path, monkeypatch):
+    write_metrics(tmp_path / "r" / "metrics.jsonl", [5])
+    monkeypatch.chdir(tmp_path)
+    app = LrApp([Path("r"), tmp_path / "r", Path("./r/")], plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        monitor = app.monitor_view
+        await wait_until(pilot, lambda: len(monitor.records) == 1, what="the run")
+        monitor.open_run(tmp_path / "r")  # as a launch or a resume names it
+        (tmp_path / "link").symlink_to(tmp_path / "r")
+        monitor.open_run(Path("link"))  # through a link
+        await pilot.pause()
+        assert monitor.run_dirs == (Path("r"),) and monitor.run_dir == Path("r")
+        assert monitor.query_one("#runs").row_count == 1
+
+
+def resume_screen(app: LrApp) -> ResumeScreen:
+    screen = app.screen
+    assert isinstance(screen, ResumeScreen)
+    return screen
+
+
+def resume_field(app: LrApp, key: str):  # type: ignore[no-untyped-def]
+    return resume_screen(app).query_one(f"#resume-{key}")
+
+
+def marked(app: LrApp) -> list[str]:
+    """The labels of the resume fields marked as the ones to change."""
+    return [str(label.render()) for label in resume_screen(app).query(".resume-label.-invalid")]
+
+
+async def test_the_resume_screen_has_a_field_for_each_flag_its_messages_ask_for(tmp_path):
+    """Processes, both degrees, steps, the checkpoint format and more flags: a refusal marks the
+    fields it asks to change and names them, and filling them there gives the command."""
+    run = tmp_path / "run"
+    make_checkpoint(run, 300, topology=Topology(world_size=2, dp_replicate=1, dp_shard=2), checkpoint_format="dcp", weights=None, fake_dcp=True)
+    point_last(run, 300)
+    write_run_status(run, status="finished", step=300, steps=300)
+    app = LrApp(run, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ResumeScreen), what="the resume screen")
+        screen = resume_screen(app)
+        command = screen.query_one("#resume-command", TextPanel)
+        labels = [str(label.render()) for label in screen.query(".resume-label")]
+        assert labels == ["processes", "dp_replicate", "dp_shard", "steps", "ckpt format", "more flags"]
+        assert app.focused is resume_field(app, "steps")  # the field a finished run needs
+        assert resume_field(app, "nproc-per-node").value == "2"  # the saved world size
+        assert resume_field(app, "dp-shard").placeholder == "saved: 2" and resume_field(app, "steps").placeholder == "saved: 300"
+        # a finished run: lr-config asks for --steps, the steps field is marked and named
+        assert command.has_class("-error") and command.text.startswith("--steps: the checkpoint is at step 300; pass --steps > 300")
+        assert command.text.endswith("\n\n→ change steps above") and marked(app) == ["steps"]
+
+        await pilot.press(*"600")
+        await pilot.pause()
+        assert not command.has_class("-error") and marked(app) == [] and "--steps=600" in command.text
+        # another process count: the degrees saved (1 x 2) do not fit it
+        resume_field(app, "nproc-per-node").value = "3"
+        await pilot.pause()
+        assert command.text.startswith("--parallelism.dp_replicate x --parallelism.dp_shard = 1 x 2 = 2, but 3 processes will run")
+        assert marked(app) == ["processes", "dp_replicate", "dp_shard"]
+        assert command.text.endswith("→ change processes, dp_replicate, dp_shard above")
+        resume_field(app, "dp-shard").value = "-1"
+        await pilot.pause()
+        assert screen.plan is not None and screen.plan.ok and marked(app) == []
+        assert "--nproc-per-node=3" in command.text and "--parallelism.dp_shard=-1" in command.text
+        # the format of the next saves; a flag that asks for it points at its field
+        choice = resume_field(app, "checkpoint-format")
+        assert isinstance(choice, Choice) and choice.value == "" and choice.options[0] == ("dcp (as saved)", "")
+        resume_field(app, "extra").value = "--checkpoint_async=true"
+        choice.value = "safetensors"
+        await pilot.pause()
+        assert command.text.startswith("--checkpoint_async=true needs --checkpoint_format=dcp or safetensors_dcp")
+        assert marked(app) == ["ckpt format", "more flags"]
+        choice.value = "safetensors_dcp"
+        await pilot.pause()
+        assert screen.plan.ok and "--checkpoint_format=safetensors_dcp" in command.text and "--checkpoint_async=true" in command.text
+        # the command as it runs: this environment's launcher, copied
+        assert command.text.startswith(f"{cli_tasks.resolve_executable('torchrun')} \\\n  --tee=3")
+        await pilot.press("ctrl+y")
+        assert app.clipboard == command.text and notices(app)[-1].startswith("Could not copy the resume command: there is no terminal")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ResumeScreen) and app.monitor_view.process is None
+
+
+async def test_a_finished_runs_events_suggest_no_resume_but_to_train_longer(tmp_path):
+    run = tmp_path / "run"
+    write_run_status(run, status="finished", step=300, steps=300)
+    (run / "logs").mkdir()
+    (run / "logs" / "launch.log").write_text(
+        f"[rank0]:checkpoint saved: {run}/checkpoints/000200\n"
+        f"[rank0]:checkpoint saved: {run}/checkpoints/000300\n"
+        f"[rank0]:done: checkpoints in {run}/checkpoints, metrics in {run}/metrics.jsonl, model in {run}/pretrained_model\n"
+        f"[rank0]:train longer with: torchrun --nproc-per-node=2 -m lr_engine.cli train --resume=true "
+        f"--config_path={run}/checkpoints/last --steps=600   (any --steps above 300)\n"
+    )
+    app = LrApp(run, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        monitor = app.monitor_view
+        await wait_until(pilot, lambda: len(monitor.events) == 3, what="the events")
+        assert [(e.title, e.advice) for e in monitor.events] == [
+            ("checkpoint saved: 000200", "the run finished at step 300: a resume trains only with steps above 300"),
+            ("checkpoint saved: 000300", "the run finished at step 300: a resume trains only with steps above 300"),
+            ("finished at step 300", "to train longer, resume with steps above 300 (Monitor: r, the steps field); else nothing to do"),
+        ]
+        panel = str(monitor.query_one("#events .events-body").render())
+        assert "resume from it" not in panel and "finished at step 300" in panel

@@ -4,7 +4,8 @@ The tiny ACT trains on 2 processes under torchrun (gloo). The first app launches
 quits; the run keeps going (its own session). A second app opened on the output dir finds
 the launch again (logs/launch.json), stops it (SIGINT to the launch's process group: final
 checkpoint, run.json "stopped" with the step), then resumes it on 1 process with both dp
-degrees and --steps a few beyond the stop, and watches it finish.
+degrees and --steps a few beyond the stop, and watches it finish (its events then suggest
+no resume but one with more steps).
 """
 
 from __future__ import annotations
@@ -83,8 +84,13 @@ async def test_launch_detach_reattach_stop_resume_and_finish(tmp_path, tiny_data
             assert isinstance(screen, ResumeScreen)
             screen.query_one("#resume-nproc-per-node").value = "1"  # type: ignore[attr-defined]
             await pilot.pause()
-            assert screen.plan is not None and not screen.plan.ok  # the saved degrees (2 x 1) do not fit 1 process
+            # the run asked for no degrees (train_config.json keeps them unset): DDP on 2 becomes 1 process
+            assert screen.plan is not None and screen.plan.ok, screen.plan.problems
+            screen.query_one("#resume-dp-replicate").value = "2"  # type: ignore[attr-defined]
+            await pilot.pause()
+            assert not screen.plan.ok  # 2 x auto does not fit 1 process: the fields to change are marked
             assert "--parallelism.dp_replicate" in screen.query_one("#resume-command", TextPanel).text
+            assert screen.query_one("#resume-dp-replicate-label").has_class("-invalid")
             for field, value in (("dp-replicate", "1"), ("dp-shard", "1"), ("steps", str(stopped + 3))):
                 screen.query_one(f"#resume-{field}").value = value  # type: ignore[attr-defined]
             await pilot.pause()
@@ -102,5 +108,7 @@ async def test_launch_detach_reattach_stop_resume_and_finish(tmp_path, tiny_data
             assert run_json(out)["step"] == stopped + 3 and resumed.wait(timeout=60) == 0
             await wait_until(pilot, lambda: any(e.kind == "resume_changed" for e in monitor.events), what="the resume warning")
             assert os.readlink(out / "checkpoints" / "last") == f"{stopped + 3:06d}"
+            await wait_until(pilot, lambda: any(e.kind == "finished" for e in monitor.events), what="the finished event")
+            assert not any("resume with r" in e.advice or "resume from it" in e.advice for e in monitor.events)
     finally:
         end(launcher)

@@ -1,8 +1,10 @@
-"""Snapshots of each view at 100x30 (and Launch at 80x24) on the checked-in sample run.
+"""Snapshots of each view at 100x30 (and Launch at 80x24, where the footer must fit, also with a
+focused field), the help and the resume screen, on the checked-in sample run.
 
 The sample folder (`sample_run/`, made by `tui_support.build_sample_run`) is opened by a
-relative path from this folder, and the plan comes from a fixed stand-in, so nothing in
-the pictures depends on the clock, the checkout path or the engine. The Logs view shows
+relative path from this folder, the plan comes from a fixed stand-in, and the launchers'
+paths (`cli_tasks.resolve_executable`: this environment's `torchrun`) are a fixed one, so
+nothing in the pictures depends on the clock, the checkout path or the engine. The Logs view shows
 the captured log of a run whose rank 1 was SIGKILLed (`data/killed_rank.log`), in a run
 folder made in a temporary folder; the Hardware view a fixed source (`FixedHardware`).
 Update with `pytest apps/lr-tui/tests/test_snapshots.py --snapshot-update`.
@@ -16,7 +18,9 @@ from pathlib import Path
 import pytest
 from tui_support import FixedHardware, app_ready, sample_planner, tables_settled, wait_until, write_run_status
 
+from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._app import LrApp
+from lr_tui._screens.resume import ResumeScreen
 
 HERE = Path(__file__).parent
 
@@ -24,6 +28,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(autouse=True)
 def _in_tests_folder(monkeypatch):
     monkeypatch.chdir(HERE)
+    monkeypatch.setattr(cli_tasks, "resolve_executable", lambda name: f"/opt/lr/.venv/bin/{name}")
 
 
 def sample_app(run: bool = True) -> LrApp:
@@ -41,6 +46,17 @@ def test_launch_view(snap_compare):
 
 def test_launch_view_80x24(snap_compare):
     assert snap_compare(sample_app(run=False), terminal_size=(80, 24), run_before=plan_shown)
+
+
+def test_launch_view_80x24_a_focused_field(snap_compare):
+    """The focused field stands out: a bar of colour across it, its label in bold accent."""
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await plan_shown(pilot)
+        pilot.app.query_one("#field-steps").focus()
+        await pilot.pause()
+
+    assert snap_compare(sample_app(run=False), terminal_size=(80, 24), run_before=run_before)
 
 
 def test_launch_view_invalid_topology(snap_compare):
@@ -75,6 +91,20 @@ def test_checkpoints_view(snap_compare):
         await pilot.press("3")
         await pilot.pause()
         await wait_until(pilot, lambda: tables_settled(pilot.app), what="the tables' column widths")
+
+    assert snap_compare(sample_app(), terminal_size=(100, 30), run_before=run_before)
+
+
+def test_resume_screen_marks_the_fields_its_refusal_asks_for(snap_compare):
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await app_ready(pilot)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, ResumeScreen), what="the resume screen")
+        pilot.app.screen.query_one("#resume-nproc-per-node").value = "3"  # the saved 1 x 2 does not fit
+        await pilot.pause()
+        pilot.app.workers.cancel_group(pilot.app.monitor_view, "tail")  # nothing changes behind it
+        await wait_until(pilot, lambda: all(w.is_finished for w in pilot.app.workers if w.group == "tail"), what="the poll to stop")
+        await pilot.pause()
 
     assert snap_compare(sample_app(), terminal_size=(100, 30), run_before=run_before)
 

@@ -20,7 +20,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from lr_config import VERSION_FLAG, LaunchSpec, versions_text
+from lr_config import VERSION_FLAG, versions_text
 
 from ._hardware import HardwareSource, HostHardware
 from ._keymap import APP_BINDINGS
@@ -80,12 +80,12 @@ class LrApp(App[None]):
             from ._views.monitor import MonitorView
 
             return MonitorView(
-                poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self._resume_context()[0], id="monitor-view"
+                poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self.launch_view.plan.spec, id="monitor-view"
             )
         if name == "checkpoints":
             from ._views.checkpoints import CheckpointsView
 
-            return CheckpointsView(resume_context=self._resume_context, id="checkpoints-view")
+            return CheckpointsView(id="checkpoints-view")
         if name == "logs":
             from ._views.logs import LogView
 
@@ -133,9 +133,6 @@ class LrApp(App[None]):
         for run_dir in reversed(self.run_dirs):  # the first one ends up watched
             self.open_run(run_dir)
 
-    def _resume_context(self) -> tuple[LaunchSpec | None, list[str]]:
-        return self.launch_view.resume_context()
-
     def open_run(self, run_dir: Path, process: subprocess.Popen[bytes] | None = None) -> None:
         """List and watch `run_dir` in the Monitor; the other views follow (`RunSelected`)."""
         self.monitor_view.open_run(run_dir, process)
@@ -157,6 +154,9 @@ class LrApp(App[None]):
     def on_monitor_view_show_log(self, event: MonitorView.ShowLog) -> None:
         self.action_show_view("logs")
         self.log_view.go_to_last_error()
+
+    def on_checkpoints_view_resume_requested(self, event: CheckpointsView.ResumeRequested) -> None:
+        self.monitor_view.resume(event.run_dir, event.step_dir, launched=lambda: self.action_show_view("monitor"))
 
     def on_launch_view_launched(self, event: LaunchView.Launched) -> None:
         self.open_run(event.output_dir, event.process)
@@ -199,7 +199,7 @@ class LrApp(App[None]):
         yield SystemCommand("Stop run", "Stop the watched run: SIGINT, then SIGTERM after the grace (x)", self.monitor_view.action_stop_run)
         yield SystemCommand("Resume run", "Resume the watched run from checkpoints/last (r)", self.monitor_view.action_resume_run)
         yield SystemCommand("Open run folder", "Watch a run's output dir", self.action_open_run)
-        yield SystemCommand("Copy launch command", "Copy the command preview (ctrl+y)", self.launch_view.action_copy_command)
+        yield SystemCommand("Copy launch command", "Copy the command as it runs (ctrl+y)", self.launch_view.action_copy_command)
         yield SystemCommand("Run launch", "Start the command, or save the Slurm script (ctrl+r)", self.launch_view.action_run)
         yield SystemCommand("Save preset", "Save the settings as a TrainConfig JSON (ctrl+s)", self.launch_view.action_save_preset)
         yield SystemCommand("Load preset", "Load a TrainConfig JSON into the form (ctrl+o)", self.launch_view.action_load_preset)

@@ -13,12 +13,15 @@ What it knows, each checked against output captured from real runs (tests/data/)
   MemoryError, a shell's "Killed", a rank ended by SIGKILL);
 - lr-engine's own lines: "checkpoint saving in the background: <path>" (an async save
   started), "checkpoint saved: <path>", a save that failed (a traceback through
-  lr_checkpoint's save), "stopped at step N on request", "warning: resuming ... with changed
-  settings: ...", the accelerate environment guard, and any other "lr-engine: error:";
+  lr_checkpoint's save), "stopped at step N on request", a finished run's "train longer with:
+  ... (any --steps above N)", "warning: resuming ... with changed settings: ...", the
+  accelerate environment guard, and any other "lr-engine: error:";
 - any other Python exception ending a traceback.
 
 Tracebacks are followed per rank, so that interleaved ranks do not mix, and a chained
 exception ("During handling of the above exception ...") of the same kind is reported once.
+Once a run has finished (`EventLog`), none of its events suggests resuming it as it is:
+their advice says a resume trains only with `--steps` above the final step.
 Pure Python: no torch, no Textual.
 """
 
@@ -39,7 +42,7 @@ Severity = Literal["error", "warning", "info"]
 class Event:
     kind: str
     """nccl, gloo, rendezvous, rank_signal, child_failed, cuda_oom, host_oom,
-    checkpoint_saved, checkpoint_failed, stopped, resume_changed, accelerate_env,
+    checkpoint_saved, checkpoint_failed, stopped, finished, resume_changed, accelerate_env,
     config_error or exception."""
     severity: Severity
     title: str
@@ -147,6 +150,21 @@ def _resume_changed(match: re.Match[str]) -> tuple[str, str]:
     )
 
 
+def _finished_advice(step: int) -> str:
+    return f"to train longer, resume with steps above {step} (Monitor: r, the steps field); else nothing to do"
+
+
+def _after_finish_advice(finished: Event) -> str:
+    """The advice, once the run finished, of an earlier event that suggested resuming."""
+    step = finished.title.rsplit(" ", 1)[-1]
+    return f"the run finished at step {step}: a resume trains only with steps above {step}"
+
+
+def _suggests_resuming(event: Event) -> bool:
+    """Its advice says to resume with the Monitor's r (a saved checkpoint, a stop): not once the run has finished."""
+    return event.kind != "finished" and ("r in the Monitor" in event.advice or "(Monitor: r)" in event.advice)
+
+
 def _agent_exit(match: re.Match[str]) -> tuple[str, str]:
     code, local_rank = int(match.group(1)), match.group(2)
     how, advice = _exit_words(code)
@@ -223,6 +241,11 @@ _RULES: tuple[_Rule, ...] = (
         "stopped", "info",
         re.compile(r"Received (\S+) death signal, shutting down workers"),
         lambda m: (f"torchrun got signal {m.group(1)}: passing it to the workers", "the workers stop at the next update (or the one after); a second stop interrupts them at once"),
+    ),
+    _Rule(
+        "finished", "info",
+        re.compile(r"^train longer with: .*\(any --steps above (\d+)\)"),
+        lambda m: (f"finished at step {m.group(1)}", _finished_advice(int(m.group(1)))),
     ),
     _Rule(
         "resume_changed", "warning",
@@ -362,9 +385,15 @@ class EventLog:
         self.events: list[Event] = []
 
     def extend(self, events: Iterable[Event]) -> bool:
-        """Add events; True when anything changed."""
+        """Add events; True when anything changed. A `finished` event rewrites the advice of the
+        events before it that suggest resuming: the run trains no further unless --steps grows."""
         changed = False
         for event in events:
+            if event.kind == "finished":
+                self.events = [
+                    replace(e, advice=_after_finish_advice(event)) if _suggests_resuming(e) else e
+                    for e in self.events
+                ]
             key = (event.kind, event.rank, event.title)
             for i in range(len(self.events) - 1, max(-1, len(self.events) - 1 - self.RECENT), -1):
                 seen = self.events[i]

@@ -1,4 +1,8 @@
-"""Every key of the app in one place: the bindings and the help screen read from here."""
+"""Every key of the app in one place: the bindings and the help screen read from here.
+
+The footer shows each view's bindings with `show` left on, and must fit 80 columns beside
+`^q Quit`, `? Help` and the palette's `^p palette`: short descriptions there, the longer
+tooltip in the help screen (`?`), which lists every binding, shown in the footer or not."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ APP_BINDINGS: list[BindingType] = [
 
 LAUNCH_BINDINGS: list[BindingType] = [
     Binding("ctrl+r", "run", "Run", tooltip="start it, output to logs/launch.log (Slurm: save)"),
-    Binding("ctrl+y", "copy_command", "Copy cmd", tooltip="copy the command or Slurm script"),
+    Binding("ctrl+y", "copy_command", "Copy", tooltip="copy the command or script (says so if it cannot)"),
     Binding("ctrl+s", "save_preset", "Save preset", tooltip="save the settings as a TrainConfig JSON"),
     Binding("ctrl+o", "load_preset", "Load preset", tooltip="load a TrainConfig JSON (preset or checkpoint)"),
 ]
@@ -28,7 +32,7 @@ LAUNCH_BINDINGS: list[BindingType] = [
 MONITOR_BINDINGS: list[BindingType] = [
     Binding("o", "open_run", "Open run", tooltip="watch another run folder (its launch reattaches)"),
     Binding("x", "stop_run", "Stop", tooltip="stop: SIGINT, final checkpoint; x again: SIGTERM"),
-    Binding("r", "resume_run", "Resume", tooltip="resume checkpoints/last: processes, dp, steps"),
+    Binding("r", "resume_run", "Resume", tooltip="resume last: processes, dp, steps, ckpt format"),
     Binding("l", "show_log", "Log", tooltip="the run's combined log at its first error"),
 ]
 
@@ -42,11 +46,11 @@ LOG_BINDINGS: list[BindingType] = [
 ]
 
 CHECKPOINT_BINDINGS: list[BindingType] = [
-    Binding("c", "convert", "Convert", tooltip="DCP shards -> model.safetensors (fp32, bf16 or fp16)"),
+    Binding("c", "convert", "Convert", tooltip="DCP shards -> model.safetensors (fp32/bf16/fp16)"),
     Binding("v", "verify", "Verify", tooltip="lr-checkpoint verify"),
     Binding("p", "publish", "Publish", tooltip="lr-publish to a Hub repo (asks for user/name)"),
-    Binding("r", "copy_resume", "Resume cmd", tooltip="copy the resume command (Launch form's launcher)"),
-    Binding("f5", "refresh", "Refresh", tooltip="read the checkpoints folder again"),
+    Binding("r", "resume", "Resume", tooltip="resume from this checkpoint (copy or launch it)"),
+    Binding("f5", "refresh", "Refresh", show=False, tooltip="read the checkpoints folder again"),
 ]
 
 _GLOBAL = [

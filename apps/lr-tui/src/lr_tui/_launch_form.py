@@ -1,9 +1,9 @@
 """The Launch form as data: which fields exist, and what a set of field values means.
 
 `evaluate(values)` turns the form's text values into a `LaunchPlan`: the `LaunchSpec`, the
-`TrainConfig`, the exact command preview (`format_command(build_launch(spec, cfg))` with, once
-the output dir is known, the per-rank log options of `cli_tasks.with_rank_logs`; or the
-Slurm script), the effective-batch line, and lr-config's problem lines routed to the field
+`TrainConfig`, the exact command preview (`format_command` of `cli_tasks.launch_argv` over
+`build_launch(spec, cfg)`: the launcher at this environment's path and, once the output dir is
+known, the per-rank log options; or the Slurm script), the effective-batch line, and lr-config's problem lines routed to the field
 whose flag they name. It never raises and imports no torch; the view calls it on every
 keystroke, so it only parses and validates.
 """
@@ -38,7 +38,7 @@ from lr_config import (
     validate,
 )
 
-from ._cli_tasks import with_rank_logs
+from ._cli_tasks import launch_argv
 
 __all__ = [
     "FIELDS",
@@ -111,7 +111,7 @@ class LaunchPlan:
     cfg: TrainConfig | None = None
     topology: Topology | None = None
     argv: list[str] | None = None
-    """The launch argv (None in Slurm mode or when invalid)."""
+    """The launch argv, exactly as it runs (None in Slurm mode or when invalid)."""
     preview: str = ""
     """The exact command (or Slurm script); empty while the settings are invalid."""
     problems: dict[str, list[str]] = field(default_factory=dict)
@@ -256,17 +256,22 @@ def config_file(values: dict[str, str]) -> ConfigFile | None:
     return None
 
 
-def filled_from_file(values: dict[str, str], source: ConfigFile) -> dict[str, str]:
-    """`values` with the setting fields taken from `source`'s file: the launcher fields and
-    "more flags" stay as typed, a field whose flag "more flags" gives is emptied, and so is the
-    output dir of a resume (the parser continues in the checkpoint's run folder, not in the
-    output_dir saved in the file) unless the checkpoint is outside a run."""
+def filled_from_file(values: dict[str, str], source: ConfigFile, keep: frozenset[str] = frozenset()) -> dict[str, str]:
+    """`values` with the setting fields taken from `source`'s file: the launcher fields, "more
+    flags" and the fields in `keep` (those the user changed) stay as typed, a field whose flag
+    "more flags" gives is emptied, and so is the output dir of a resume (the parser continues in
+    the checkpoint's run folder, not in the output_dir saved in the file) unless the checkpoint
+    is outside a run or the user gave it."""
     from_file = _setting_values(source.cfg)
     filled = dict(values)
     for f in FIELDS:
-        if f.flag is not None:
-            filled[f.key] = "" if f.flag in source.extra_paths else from_file[f.key]
-    if source.resume:
+        if f.flag is None:
+            continue
+        if f.flag in source.extra_paths:
+            filled[f.key] = ""
+        elif f.key not in keep:
+            filled[f.key] = from_file[f.key]
+    if source.resume and "output_dir" not in keep:
         filled["output_dir"] = values.get("output_dir", "") if source.output_dir_needed else ""
     return filled
 
@@ -373,9 +378,7 @@ def _build(plan: LaunchPlan, spec: LaunchSpec, cfg: TrainConfig) -> None:
         if plan.mode == "slurm":
             plan.preview = build_slurm_script(spec, cfg)
         else:
-            plan.argv = build_launch(spec, cfg)
-            if cfg.output_dir is not None:
-                plan.argv = with_rank_logs(plan.argv, cfg.output_dir)
+            plan.argv = launch_argv(build_launch(spec, cfg), cfg.output_dir)
             plan.preview = format_command(plan.argv)
     except ConfigError as exc:
         plan.add(exc.problems)

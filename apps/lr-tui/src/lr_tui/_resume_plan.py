@@ -4,13 +4,19 @@
 (`build_resume_launch`: the saved train_config.json plus only the overrides as flags,
 validated for `spec`'s world size) and says whether the resumed run sees exactly the
 samples the saved one would have (`resume_is_sample_exact`: batch_size x dp_world_size
-unchanged). A resumed config carries the saved run's resolved degrees, so a new number of
-processes needs both `--parallelism.dp_replicate` and `--parallelism.dp_shard`: lr-config's
-refusal says so, and the plan shows it instead of a command. Never raises; no torch.
+unchanged). A resumed config carries the degrees the saved run asked for (unset stays unset,
+`dp_shard=-1` infers again), so a new number of processes may need new degrees: lr-config's
+refusal says which flags, the plan shows it instead of a command, and `fields_named` tells the
+resume screen which of its fields those flags are (each flag such a message asks for has one:
+processes, dp_replicate, dp_shard, steps, checkpoint format, and "more flags" for any other).
+The command is the one that runs (`cli_tasks.launch_argv`: the launcher at this environment's
+path, and the per-rank log options). Never raises; no torch.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,16 +31,33 @@ from lr_config import (
 )
 
 from ._checkpoint_scan import read_training_step
-from ._cli_tasks import with_rank_logs
+from ._cli_tasks import launch_argv
 
-__all__ = ["OVERRIDE_FLAGS", "ResumePlan", "describe_exactness", "last_checkpoint", "output_dir_override", "overrides_from", "plan_resume"]
+__all__ = [
+    "OVERRIDE_FLAGS",
+    "ResumePlan",
+    "describe_exactness",
+    "fields_named",
+    "last_checkpoint",
+    "output_dir_override",
+    "overrides_from",
+    "plan_resume",
+]
 
 OVERRIDE_FLAGS = {
     "dp_replicate": "parallelism.dp_replicate",
     "dp_shard": "parallelism.dp_shard",
     "steps": "steps",
+    "checkpoint_format": "checkpoint_format",
 }
 """Resume form field -> the train flag it overrides (empty: keep the saved value)."""
+
+EXTRA = "extra"
+"""The resume form's "more flags" field: any other `--a.b=c` override."""
+
+PROCESSES = "nproc_per_node"
+_FLAG = re.compile(r"(?<![\w.-])--([a-z_][\w.]*)")
+_PROCESSES = re.compile(r"\bprocess(?:es)?\b|--nproc-per-node|\bworld size\b")
 
 
 @dataclass
@@ -70,8 +93,22 @@ def output_dir_override(step_dir: Path, run_dir: Path) -> list[str]:
 
 
 def overrides_from(values: dict[str, str]) -> list[str]:
-    """`--flag=value` for each non-empty resume form field, in a fixed order."""
-    return [f"--{flag}={values[key].strip()}" for key, flag in OVERRIDE_FLAGS.items() if values.get(key, "").strip()]
+    """`--flag=value` for each non-empty resume form field, in a fixed order, then "more flags"
+    as typed (split as a shell would; ValueError for an unclosed quote)."""
+    flags = [f"--{flag}={values[key].strip()}" for key, flag in OVERRIDE_FLAGS.items() if values.get(key, "").strip()]
+    return flags + shlex.split(values.get(EXTRA, ""))
+
+
+def fields_named(line: str) -> list[str]:
+    """The resume form fields a problem line asks to change, in form order: the field of each
+    flag it names ("more flags" for a flag without one), and the processes when it speaks of
+    how many will run."""
+    by_flag = {flag: key for key, flag in OVERRIDE_FLAGS.items()}
+    keys = {by_flag.get(flag, EXTRA) for flag in _FLAG.findall(line)}
+    if _PROCESSES.search(line):
+        keys.add(PROCESSES)
+    order = [PROCESSES, *OVERRIDE_FLAGS, EXTRA]
+    return sorted(keys, key=order.index)
 
 
 def describe_exactness(step_dir: Path, spec: LaunchSpec, overrides: list[str]) -> str:
@@ -99,6 +136,6 @@ def plan_resume(spec: LaunchSpec, step_dir: Path, overrides: list[str], output_d
     except ConfigError as exc:
         plan.problems = exc.problems or [str(exc)]
         return plan
-    plan.argv = with_rank_logs(argv, output_dir) if output_dir is not None else argv
+    plan.argv = launch_argv(argv, output_dir)
     plan.preview = format_command(plan.argv)
     return plan

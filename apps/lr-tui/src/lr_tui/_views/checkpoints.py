@@ -1,47 +1,41 @@
 """The Checkpoints view: a run's step folders, their details, and actions on them.
 
 The table and the details come from files only (`checkpoint_scan`: training_step.json,
-file presence, safetensors headers). Convert, Verify and Publish run the `lr-checkpoint`
-and `lr-publish` CLIs as subprocesses in an exclusive worker whose output streams into the
-output panel; the table refreshes when one finishes. Copy resume command builds the
-command with `lr_config.build_resume_launch` for the launcher the Launch form describes.
+file presence, safetensors headers). A run opens on the checkpoint `last` points to.
+Convert, Verify and Publish run the `lr-checkpoint` and `lr-publish` CLIs as subprocesses in
+an exclusive worker whose output streams into the output panel, under the command exactly as
+it runs; the panel's subtitle counts the seconds while it runs, and the table refreshes when
+it ends. Resume (r) asks the app (`ResumeRequested`) for the resume screen of the selected
+checkpoint: its fields, the exact command to copy (ctrl+y) or launch (ctrl+r).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 from pathlib import Path
 
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
-from lr_config import (
-    ConfigError,
-    LaunchSpec,
-    build_resume_launch,
-    check_repo_id,
-    format_command,
-)
+from lr_config import ConfigError, check_repo_id
 
 from .._checkpoint_scan import CheckpointDetails, CheckpointRow, checkpoint_details, scan_checkpoints
-from .._cli_tasks import CONVERT_DTYPES, convert_argv, publish_argv, run_streaming, verify_argv
+from .._cli_tasks import CONVERT_DTYPES, convert_argv, publish_argv, run_streaming, shown_command, verify_argv
 from .._keymap import CHECKPOINT_BINDINGS
-from .._resume_plan import describe_exactness
 from .._screens.prompt import ChoicePrompt, TextPrompt
 from .._series import format_bytes
 from .._widgets.table import Table
 from .._widgets.text_panel import TextPanel
 
-__all__ = ["CheckpointsView", "ResumeContext"]
-
-ResumeContext = Callable[[], tuple[LaunchSpec | None, list[str]]]
-"""Returns the launcher to resume with and the override flags (from the Launch form)."""
+__all__ = ["CheckpointsView"]
 
 _DTYPE_TEXT = {"fp32": "full precision (the fp32 master weights)", "bf16": "bfloat16, half the size", "fp16": "float16, half the size"}
 _OUTPUT_LINES = 400
-_ACTIONS = "c  convert the weights to model.safetensors\nv  verify\np  publish to the Hub\nr  copy the resume command"
+_ACTIONS = "c  convert the weights to model.safetensors\nv  verify\np  publish to the Hub\nr  resume from it (or copy the command)"
 
 
 def _file_tree(details: CheckpointDetails) -> list[str]:
@@ -71,7 +65,8 @@ def describe_details(details: CheckpointDetails) -> str:
     if ts is not None:
         lines.append(f"step {ts.step}  epoch {ts.epoch}  samples {ts.samples_seen}")
         lines.append(ts.topology.describe())
-        lines.append(f"batch {ts.batch_size} x dp_world {ts.dp_world_size} x grad_accum {ts.grad_accum}, {ts.precision}")
+        lines.append(f"batch {ts.batch_size} x dp_world {ts.dp_world_size} x grad_accum {ts.grad_accum}")
+        lines.append(f"precision {ts.precision}, saved as {ts.checkpoint_format}")
         lines.append("")
     lines += _file_tree(details)
     lines += [f"! {p}" for p in details.problems]
@@ -81,12 +76,22 @@ def describe_details(details: CheckpointDetails) -> str:
 class CheckpointsView(Vertical):
     BINDINGS = CHECKPOINT_BINDINGS
 
-    def __init__(self, *, resume_context: ResumeContext | None = None, id: str | None = None) -> None:
+    class ResumeRequested(Message):
+        """Resume `run_dir` from its checkpoint `step_dir` (the app opens the resume screen)."""
+
+        def __init__(self, run_dir: Path, step_dir: Path) -> None:
+            super().__init__()
+            self.run_dir = run_dir
+            self.step_dir = step_dir
+
+    def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.resume_context = resume_context or (lambda: (LaunchSpec(), []))
         self.run_dir: Path | None = None
         self.checkpoints: dict[str, CheckpointRow] = {}
         self._output: list[str] = []
+        self._subtitle = ""
+        self._select_last = True
+        """The next refresh selects the row `last` points to (a run just opened)."""
 
     def compose(self) -> ComposeResult:
         yield Static("no run open", id="ckpt-title", markup=False)
@@ -103,6 +108,7 @@ class CheckpointsView(Vertical):
 
     def open_run(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
+        self._select_last = True
         self.action_refresh()
 
     def action_refresh(self) -> None:
@@ -127,6 +133,10 @@ class CheckpointsView(Vertical):
             )
         count = f"{len(rows)} checkpoint{'s' if len(rows) != 1 else ''}"
         self.query_one("#ckpt-title", Static).update(f"{self.run_dir / 'checkpoints'}: {count}")
+        last = next((row.name for row in rows if row.is_last), None)
+        if self._select_last and rows:
+            self._select_last = False
+            selected = self.checkpoints.get(last or rows[-1].name)
         if selected is not None and selected.name in self.checkpoints:
             table.move_cursor(row=table.get_row_index(selected.name))
         self._show_details()
@@ -152,7 +162,11 @@ class CheckpointsView(Vertical):
 
     def _say(self, *lines: str, error: bool = False) -> None:
         self._output = (self._output + list(lines))[-_OUTPUT_LINES:]
-        self.query_one("#ckpt-output", TextPanel).show("\n".join(self._output), error=error, follow=True)
+        self.query_one("#ckpt-output", TextPanel).show("\n".join(self._output), subtitle=self._subtitle, error=error, follow=True)
+
+    def _set_subtitle(self, text: str) -> None:
+        self._subtitle = text
+        self.query_one("#ckpt-output", TextPanel).set_subtitle(text)
 
     def _require_selection(self) -> CheckpointRow | None:
         row = self.selected()
@@ -162,14 +176,26 @@ class CheckpointsView(Vertical):
 
     @work(exclusive=True, group="checkpoint-task")
     async def run_task(self, title: str, argv: list[str]) -> int:
-        """Run one CLI, streaming its output; refresh the table when it ends."""
+        """Run one CLI, streaming its output under the command exactly as it runs; `title` names it
+        in the last line (done or failed); refresh the table when it ends."""
         self._output = []
-        self._say(f"$ {title}")
+        started = time.monotonic()
+
+        def tick() -> None:
+            self._set_subtitle(f"running: {time.monotonic() - started:.0f} s")
+
+        tick()
+        ticker: Timer = self.set_interval(1.0, tick)
+        self._say(f"$ {shown_command(argv)}")
         try:
             code = await run_streaming(argv, self._say)
         except OSError as exc:
             self._say(f"could not start {argv[0]}: {exc}")
             code = -1
+        finally:
+            ticker.stop()
+        seconds = f"{time.monotonic() - started:.0f} s"
+        self._set_subtitle(f"done in {seconds}" if code == 0 else f"failed after {seconds}")
         self._say(f"{title}: {'done' if code == 0 else f'failed (exit {code})'}", error=code != 0)
         self.action_refresh()
         return code
@@ -217,25 +243,10 @@ class CheckpointsView(Vertical):
 
         self.app.push_screen(TextPrompt(f"Publish {row.name} to the Hub repo (user/name)", check=check), publish)
 
-    def action_copy_resume(self) -> None:
+    def action_resume(self) -> None:
         row = self._require_selection()
-        if row is None:
-            return
-        spec, overrides = self.resume_context()
-        if spec is None:
-            self.notify("Fix the launcher settings in the Launch view first.", severity="warning")
-            return
-        try:
-            argv = build_resume_launch(spec, row.path.absolute(), overrides)
-            note = describe_exactness(row.path.absolute(), spec, overrides)
-        except ConfigError as exc:
-            self._output = []
-            self._say(f"cannot resume {row.name} with {spec.world_size} process(es):", *exc.problems, error=True)
-            return
-        command = format_command(argv)
-        self.app.copy_to_clipboard(command)
-        self._output = []
-        self._say(f"resume {row.name} (copied to the clipboard):", command, note)
+        if row is not None and self.run_dir is not None:
+            self.post_message(self.ResumeRequested(self.run_dir, row.path.absolute()))
 
     def focus_main(self) -> None:
         self.query_one("#ckpt-table").focus()

@@ -11,8 +11,13 @@ Slurm mode Run writes `<output dir>/train.slurm`, never over an existing one.
 
 A new `--config_path=FILE` typed in "more flags" (or a `--resume=true` added to it) refills
 the setting fields from FILE, as Load preset does: each filled-in field is emitted as a
-flag, so stale field values would silently override the file. A field changed afterwards
-overrides it, and the note under the command says so.
+flag, so stale field values would silently override the file. A field the user changed
+(from what the form last set it to: the defaults, a preset, an earlier fill) keeps its value
+and overrides FILE, as does a field changed afterwards; the note under the command says so.
+
+The command shown is the one that runs (`cli_tasks.launch_argv`: the launcher at this
+environment's path), and ctrl+y copies it (`clipboard.copy_text`, which says when the
+terminal cannot take it). While the plan runs, its panel counts the seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
@@ -44,6 +50,7 @@ from lr_config import (
 )
 
 from .._cli_tasks import plan_argv, run_streaming, start_training
+from .._clipboard import copy_text
 from .._keymap import LAUNCH_BINDINGS
 from .._launch_form import (
     FIELDS,
@@ -115,6 +122,9 @@ class LaunchView(Horizontal):
         self._refresh_queued = False
         self._filled_from: tuple[str, bool] | None = None
         """The (`--config_path`, resume) the fields were last filled from."""
+        self._baseline: dict[str, str] = dict(self._defaults)
+        """What the form last set each field to (defaults, a preset, a fill from a file, a fresh
+        output dir): a field holding something else was changed by the user."""
 
     def compose(self) -> ComposeResult:
         values = self._defaults
@@ -143,7 +153,12 @@ class LaunchView(Horizontal):
     def set_values(self, values: dict[str, str]) -> None:
         for key, row in self.rows.items():
             row.set_value(values.get(key, ""))
+        self._baseline = {key: values.get(key, "") for key in self.rows}
         self.refresh_plan()
+
+    def changed_by_user(self) -> frozenset[str]:
+        """The fields whose value is not the one the form last set (the user typed it)."""
+        return frozenset(key for key, row in self.rows.items() if row.value != self._baseline.get(key, ""))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self._refresh_soon()
@@ -188,11 +203,16 @@ class LaunchView(Horizontal):
         if source is None or source.key == self._filled_from:
             return values
         self._filled_from = source.key
-        filled = filled_from_file(values, source)
+        kept = self.changed_by_user() - {"extra"}
+        filled = filled_from_file(values, source, keep=kept)
         for key, row in self.rows.items():
             if row.value != filled[key]:
                 row.set_value(filled[key])
-        self.notify(f"Fields filled from {source.path}")
+            if key not in kept:
+                self._baseline[key] = filled[key]
+        plain = filled_from_file(values, source)
+        labels = [row.field.label for key, row in self.rows.items() if key in kept and filled[key] != plain[key]]
+        self.notify(f"Fields filled from {source.path}" + (f"; kept yours: {', '.join(labels)}" if labels else ""))
         return filled
 
     def _update_static(self, selector: str, text: str) -> None:
@@ -223,26 +243,39 @@ class LaunchView(Horizontal):
 
     @work(exclusive=True, group="plan")
     async def _dry_run(self, flags: list[str], world_size: int) -> None:
+        """Run the plan; its panel says for how long it has been running, every second."""
         assert self.plan_runner is not None
+        panel = self.query_one("#plan", TextPanel)
+        started = time.monotonic()
+
+        def tick() -> None:
+            panel.set_subtitle(f"running lr-engine --dry_run: {time.monotonic() - started:.0f} s")
+
+        tick()
+        ticker = self.set_interval(1.0, tick)
         try:
             code, output = await self.plan_runner(plan_argv(flags))
         except OSError as exc:
             code, output = -1, f"could not start lr-engine: {exc}"
+        finally:
+            ticker.stop()
         subtitle = f"world size {world_size}" + ("" if code == 0 else f", exit {code}")
-        self.query_one("#plan", TextPanel).show(output or "(no output)", subtitle=subtitle, error=code != 0)
+        panel.show(output or "(no output)", subtitle=subtitle, error=code != 0)
 
     def action_copy_command(self) -> None:
         if not self.plan.ok:
             self.notify("Fix the settings first.", severity="warning")
             return
-        self.app.copy_to_clipboard(self.plan.preview)
-        self.notify("Copied the Slurm script." if self.plan.mode == "slurm" else "Copied the launch command.")
+        what = "the Slurm script" if self.plan.mode == "slurm" else "the launch command"
+        copy_text(self.app, self.plan.preview, what, "the command panel")
 
     def _plan_with_output_dir(self) -> LaunchPlan:
         """The plan with an output dir: a fresh default one unless the settings name one (the
         field, a flag, or a resume's `--config_path`, which continues in its run folder)."""
         if self.plan.cfg is not None and self.plan.cfg.output_dir is None:
-            self.rows["output_dir"].set_value(str(default_output_dir(self.plan.cfg, datetime.now())))
+            fresh = str(default_output_dir(self.plan.cfg, datetime.now()))
+            self.rows["output_dir"].set_value(fresh)
+            self._baseline["output_dir"] = fresh
             self.refresh_plan()
         return self.plan
 
@@ -356,12 +389,6 @@ class LaunchView(Horizontal):
 
         prompt = TextPrompt("Load a TrainConfig JSON (a preset or a checkpoint's train_config.json)", "lr_preset.json", check=check)
         self.app.push_screen(prompt, load)
-
-    def resume_context(self) -> tuple[LaunchSpec | None, list[str]]:
-        """The launcher the form describes and its topology flags, for resume commands."""
-        values = self.values()
-        overrides = [f"--parallelism.{k}={values[k].strip()}" for k in ("dp_replicate", "dp_shard") if values.get(k, "").strip()]
-        return self.plan.spec, overrides
 
     def focus_main(self) -> None:
         self.query_one("#launch-form").focus()

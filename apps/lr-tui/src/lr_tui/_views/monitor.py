@@ -1,9 +1,10 @@
 """The Monitor view: the runs of this session, one of them live, and control over them.
 
-The runs table lists every run launched from this TUI and every output dir opened, with
-its status (`run.json`), step and live processes (`run_state.read_run_state`: the launcher
-recorded in `logs/launch.json` and the processes below it, else run.json's pid; /proc).
-Enter on a row watches that run.
+The runs table lists every run launched from this TUI and every output dir opened, once each
+(a folder opened again by another path, relative or absolute or through a link, is the same
+row, named as it was first), with its status (`run.json`), step and live processes
+(`run_state.read_run_state`: the launcher recorded in `logs/launch.json` and the processes
+below it, else run.json's pid; /proc). Enter on a row watches that run.
 
 A thread worker polls every `poll_interval` seconds: the watched run's `metrics.jsonl`
 (`MetricsTail`) and combined log (`LogWatch`: new lines and their events), and the state
@@ -15,8 +16,9 @@ go to the Logs view through `MonitorView.LogUpdate`.
 Stop (x) asks first, then sends SIGINT (lr-engine stops at the next update, or the one
 after, and saves a final checkpoint) and SIGTERM after `stop_grace` seconds if anything
 still runs; x again sends the next signal at once (SIGTERM, then SIGKILL). Resume (r) opens
-the resume screen for `checkpoints/last` and launches the command it builds, detached, into
-the same folder, unless a run has started there while the screen was open.
+the resume screen for `checkpoints/last` (the Checkpoints view's r, through `resume`, for the
+checkpoint selected there) and launches the command it builds, detached, into the same
+folder, unless a run has started there while the screen was open.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ class MonitorView(Vertical):
 
     def open_run(self, run_dir: Path, process: subprocess.Popen[bytes] | None = None) -> None:
         """List `run_dir` (with the launched `process`, if the app started it) and watch it."""
-        run_dir = Path(run_dir)
+        run_dir = self.known_path(run_dir)
         if process is not None:
             self.launched[run_dir] = process
             self.stop_stage.pop(run_dir, None)
@@ -171,6 +173,13 @@ class MonitorView(Vertical):
         self.query_one("#events", EventsPanel).show([])
         self.post_message(self.RunSelected(run_dir))
         self._watch(run_dir)
+
+    def known_path(self, run_dir: Path) -> Path:
+        """`run_dir` as the Monitor lists it: the path it was first opened by, when the folder is
+        listed already (by a relative or absolute path, or through a link), else as given."""
+        run_dir = Path(run_dir)
+        target = run_dir.resolve()
+        return next((known for known in self.run_dirs if known == run_dir or known.resolve() == target), run_dir)
 
     def _add_run_row(self, run_dir: Path) -> None:
         table = self.query_one("#runs", DataTable)
@@ -366,12 +375,19 @@ class MonitorView(Vertical):
         if run_dir is None:
             self.notify("No run open.", severity="warning")
             return
-        if run_liveness(run_dir).alive:
-            self.notify("The run is still running: stop it first (x).", severity="warning")
-            return
         step_dir = last_checkpoint(run_dir)
         if step_dir is None:
             self.notify(f"{run_dir}/checkpoints/last: nothing to resume from.", severity="warning")
+            return
+        self.resume(run_dir, step_dir)
+
+    def resume(self, run_dir: Path, step_dir: Path, launched: Callable[[], None] | None = None) -> None:
+        """Open the resume screen for checkpoint `step_dir` of `run_dir` (processes preset to the
+        saved world size, the Launch form's launcher), and launch what it returns into `run_dir`;
+        then call `launched`."""
+        run_dir = self.known_path(run_dir)
+        if run_liveness(run_dir).alive:
+            self.notify("The run is still running: stop it first (Monitor: x).", severity="warning")
             return
         spec = self.launch_spec() or LaunchSpec()
         ts, _ = read_training_step(step_dir)
@@ -382,24 +398,27 @@ class MonitorView(Vertical):
         except ConfigError as exc:
             self.notify(str(exc), severity="error", timeout=10)
             return
+        last = last_checkpoint(run_dir)
+        is_last = last is not None and last == step_dir.resolve()
 
         def launch(argv: list[str] | None) -> None:
-            if argv:
-                self._launch_resume(run_dir, argv)
+            if argv and self._launch_resume(run_dir, argv) and launched is not None:
+                launched()
 
-        self.app.push_screen(ResumeScreen(run_dir, step_dir, spec, fixed), launch)
+        self.app.push_screen(ResumeScreen(run_dir, step_dir, spec, fixed, is_last=is_last), launch)
 
-    def _launch_resume(self, run_dir: Path, argv: list[str]) -> None:
+    def _launch_resume(self, run_dir: Path, argv: list[str]) -> bool:
         if run_liveness(run_dir).alive:  # started while the resume screen was open
             self.notify(f"Not resumed: a run is still running in {run_dir}. Stop it first (x).", severity="error", timeout=10)
-            return
+            return False
         try:
             process = start_training(argv, run_dir, stop_grace=self.stop_grace)
         except OSError as exc:
             self.notify(f"Could not start {argv[0]}: {exc}", severity="error")
-            return
+            return False
         self.notify(f"Resumed {run_dir} (pid {process.pid}); log in {run_dir}/logs/launch.log")
         self.open_run(run_dir, process)
+        return True
 
     def action_show_log(self) -> None:
         self.post_message(self.ShowLog())

@@ -33,3 +33,8 @@ class TextPanel(VerticalScroll):
         self.query_one(".text-panel-body", Static).update(text)
         if follow:
             self.call_after_refresh(self.scroll_end, animate=False)
+
+    def set_subtitle(self, subtitle: str) -> None:
+        """The line on the bottom border alone (a running task's elapsed seconds)."""
+        if self.border_subtitle != subtitle:
+            self.border_subtitle = subtitle
