@@ -257,7 +257,8 @@ def test_a_resume_continues_where_the_checkpoint_stopped_after_an_earlier_resume
     """A (batch 64) -> B resumed with batch 32 -> C resumed from B unchanged: C must start where B
     stopped. Its position once came from C's step count alone, as if batch 32 had been used since
     step 0, and C replayed or skipped data with no warning; samples_seen was step x batch."""
-    common = [f"--dataset.root={demo_dataset}", "--policy.type=mlp", "--log_freq=10"]
+    # a constant schedule: a longer --steps then changes nothing else (a decaying one is warned about)
+    common = [f"--dataset.root={demo_dataset}", "--policy.type=mlp", "--log_freq=10", "--scheduler.type=constant"]
     a, b, c = root / "pos-a", root / "pos-b", root / "pos-c"
     printed = launch(1, ["train", f"--output_dir={a}", *common, "--batch_size=64", "--steps=20", "--save_freq=20"])
     frames = int(next(line for line in printed.splitlines() if line.startswith("dataset ")).split(": ")[1].split()[0])

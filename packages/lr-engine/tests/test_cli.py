@@ -49,7 +49,7 @@ def test_tiny_act_run_writes_the_documented_files_and_learns(tmp_path, demo_data
     status = json.loads((out / "run.json").read_text())
     assert status["status"] == "finished" and status["step"] == 30 and status["steps"] == 30
     config = json.loads((out / "train_config.json").read_text())
-    assert config["version"] == 1 and config["steps"] == 30 and config["dataset"]["root"] == str(demo_dataset)
+    assert config["version"] == 2 and config["steps"] == 30 and config["dataset"]["root"] == str(demo_dataset)
     final = out / "pretrained_model"
     for name in ("config.json", "model.safetensors", "train_config.json", "policy_preprocessor.json", "policy_postprocessor.json"):
         assert (final / name).exists(), name
