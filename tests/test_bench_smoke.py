@@ -30,6 +30,7 @@ CASES = [
     ("gpu_throughput", []),
     ("gpu_throughput", ["--device=cpu"]),
     ("data_loading", []),
+    ("verify_scaling", []),
 ]
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "BENCHMARKS.md"
-ORDER = ["engine_overhead", "memory_fsdp", "checkpoint_io", "async_save", "converter", "startup", "gpu_throughput"]
+ORDER = ["engine_overhead", "memory_fsdp", "checkpoint_io", "async_save", "converter", "startup", "gpu_throughput", "data_loading", "verify_scaling"]
 TITLE = "# lr benchmarks"
 INTRO = """\
 Each section is written by one command in `tools/bench/` and replaced when that command
@@ -340,7 +340,7 @@ def write_result(path: Path, data: Any) -> None:
 
 
 def finish_worker(code: int = 0) -> None:
-    """The gloo-safe end of a worker (FACTS.md): barrier, destroy the group, flush, _exit."""
+    """The gloo-safe end of a worker (docs/architecture.md, measured facts): barrier, destroy the group, flush, _exit."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

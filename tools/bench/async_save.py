@@ -143,7 +143,7 @@ def _section(result: dict[str, Any], repeats: int) -> str:
         "rename, `last`) run in background threads on every rank, and the next save or the end of training waits for "
         "them (`wait_for_pending_save`; the last column is that wait right after the optimizer step). The call alone is "
         f"{C.spread(call_ratio)} of a sync save; not waiting is not an option, since the background staging reads the "
-        "live tensors and updating them before it is done can tear the checkpoint (FACTS.md).",
+        "live tensors and updating them before it is done can tear the checkpoint (docs/architecture.md, measured facts).",
         "",
         "Per repeat (s): " + "; ".join(
             f"#{rep}: sync {blocked['sync'][rep]:.2f}, async call {asyn[rep]['call_s']:.2f} + wait {asyn[rep]['wait_s']:.2f}"

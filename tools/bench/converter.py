@@ -9,7 +9,7 @@ a fresh subprocess that imports the tool, then times its call: `lr_checkpoint.cl
 `merge_fsdp_weights(<pytorch_model_fsdp_0>, <out>, safe_serialization=True)`. Reported:
 the process's wall time (start to exit), the call's time, and the process's peak RSS
 (its own `ru_maxrss`, from `os.wait4`). Import baselines run the same way: each tool's
-imports alone, and `import torch, torch.distributed.checkpoint` (FACTS.md's ~610 MB).
+imports alone, and `import torch, torch.distributed.checkpoint` (about 610 MB, docs/architecture.md).
 The DCP files' pages are dropped from the page cache before every conversion. lr's
 convert fsyncs its output before returning and accelerate's does not, so accelerate's
 process also times an fsync of its output after the call (reported apart). Tools and

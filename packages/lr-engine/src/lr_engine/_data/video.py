@@ -357,7 +357,10 @@ def decode_all(path: str | os.PathLike[str]) -> np.ndarray:
 def _encoder_options(codec: str, g: int, crf: int) -> dict[str, str]:
     options = {"g": str(g), "crf": str(crf)}
     if codec == "av1":
-        options.update({"preset": str(SVTAV1_PRESET), "svtav1-params": "fast-decode=0"})
+        # lp=1: the SVT-AV1 in PyAV's wheels deadlocks at random frames with its own thread pool
+        # (every thread waiting in svt_av1_enc_send_picture, after 1,200-2,700 frames); one
+        # level of parallelism changes the speed of writing, not the frames' decoding
+        options.update({"preset": str(SVTAV1_PRESET), "svtav1-params": "fast-decode=0:lp=1"})
     elif codec == "hevc":
         # cutree=0: the x265 in PyAV's wheels corrupts its heap with cutree on frames this small
         # (48x40, 30x44: an abort); the flag only changes how bits are spread over frames.
