@@ -391,3 +391,18 @@ def test_accumulation_with_any_save_freq_saves_at_the_update_that_completes_it(r
     again = root / "accum-save-resumed"
     launch(1, ["train", "--resume=true", f"--config_path={base / 'checkpoints' / '000006'}", f"--output_dir={again}"])
     assert losses(again) == losses(base)[6:] and grad_norms(again) == grad_norms(base)[6:]
+
+
+def test_every_problem_of_a_resume_is_reported_at_once(tiny_run: TinyRun, tmp_path: Path) -> None:
+    """A topology that does not fit, an accumulation that splits the checkpoint's update and too few
+    --steps: one refusal lists all three (they once came one per try)."""
+    own = copy_run(tiny_run, tmp_path / "run")
+    before = tree_digest(own)
+    proc = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={own / 'checkpoints' / 'last'}", "--steps=3",
+                    "--accelerator.gradient_accumulation.steps=3", "--parallelism.dp_shard=2"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "3 problems in the settings:" in proc.stderr
+    for needle in ("1 x 2 = 2, but 1 process will run", "--accelerator.gradient_accumulation.steps: the checkpoint is at step 4",
+                   "--steps: the checkpoint is at step 4; pass --steps > 4 to continue"):
+        assert needle in proc.stderr, proc.stderr
+    assert tree_digest(own) == before

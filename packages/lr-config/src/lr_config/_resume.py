@@ -64,21 +64,22 @@ def resume_problems(saved_step: int, cfg: TrainConfig) -> list[str]:
     would train nothing (--steps at or below the step, or short of one update) or whose first
     update would apply a partial accumulation (the step is not a multiple of the new K)."""
     k = cfg.grad_accum_steps
+    problems = []
     if k >= 1 and saved_step % k:
         fits = _divisors(saved_step)
         near = sorted({*[d for d in fits if d < k][-2:], *[d for d in fits if d > k][:2]})
-        return [
+        problems.append(
             f"--accelerator.gradient_accumulation.steps: the checkpoint is at step {saved_step}, which is not a multiple of "
             f"{k}, so the first update would apply a partial accumulation; use a value that divides {saved_step}: " + _one_of(near)
-        ]
+        )
     if cfg.steps <= saved_step:
-        return [f"--steps: the checkpoint is at step {saved_step}; pass --steps > {saved_step} to continue"]
-    if cfg.steps < saved_step + k:
-        return [
+        problems.append(f"--steps: the checkpoint is at step {saved_step}; pass --steps > {saved_step} to continue")
+    elif cfg.steps < saved_step + k:
+        problems.append(
             f"--steps: the checkpoint is at step {saved_step} and an optimizer update takes {k} loop steps "
             f"(--accelerator.gradient_accumulation.steps={k}); pass --steps >= {saved_step + k} to continue"
-        ]
-    return []
+        )
+    return problems
 
 
 def build_resume_launch(spec: LaunchSpec, step_dir: Path, overrides: list[str] | None = None) -> list[str]:

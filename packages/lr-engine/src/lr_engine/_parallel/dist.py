@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from lr_config import ConfigError, Topology, TrainConfig, device_problem, validate
+from lr_config import ConfigError, Topology, TrainConfig, device_problem, load_training_step, resume_problems, validate
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 DEFAULT_TIMEOUT_S = 300
@@ -141,18 +142,34 @@ def launcher_world() -> tuple[int, int, int, int]:
     return world, rank, local_rank, nnodes
 
 
+def _resume_step_problems(cfg: TrainConfig) -> list[str]:
+    """A resume's own problems (steps left, accumulation), from its checkpoint's training_step.json;
+    none when that cannot be read yet (the resume itself then says why)."""
+    if not cfg.resume or cfg.config_path is None:
+        return []
+    step_file = Path(cfg.config_path).parent.parent / "training_state" / "training_step.json"
+    try:
+        return resume_problems(load_training_step(step_file).step, cfg)
+    except ConfigError:
+        return []
+
+
 def validate_for_world(cfg: TrainConfig, world: int, nnodes: int) -> Topology:
-    """`validate` for the launched world (ConfigError naming the flags otherwise); a resume's
-    degrees come from its checkpoint, and the error says so."""
+    """`validate` for the launched world, with a resume's own problems, all in one ConfigError
+    naming the flags (a resume's degrees come from its checkpoint, and the error says so)."""
+    problems: list[str] = []
+    topo = None
     try:
         topo = validate(cfg, world_size=world, nnodes=nnodes)
     except ConfigError as exc:
-        if cfg.resume and "--parallelism." in str(exc):
-            raise ConfigError(
-                f"{exc}\nThe degrees come from the checkpoint's train_config.json; to resume on another topology "
-                "pass both --parallelism.dp_replicate and --parallelism.dp_shard for this launch."
-            ) from None
-        raise
+        problems += exc.problems
+    problems += _resume_step_problems(cfg)
+    if problems:
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the settings:\n  " + "\n  ".join(problems)
+        if cfg.resume and any("--parallelism." in p for p in problems):
+            head += ("\nThe degrees come from the checkpoint's train_config.json; to resume on another topology pass both "
+                     "--parallelism.dp_replicate and --parallelism.dp_shard for this launch.")
+        raise ConfigError(head, problems=problems)
     assert topo is not None
     return topo
 
