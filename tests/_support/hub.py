@@ -56,6 +56,8 @@ records the paths it `added` and `deleted`. For downloads:
   connection (the client resumes with `Range`);
 - `hub.corrupt_next(path_part, times=1)`: the next GET of such a file sends as many wrong
   bytes, with the right headers (ETag, length);
+- `hub.ignore_range_next(path_part, times=1)`: the next GET of such a file that asks for a
+  `Range` gets the whole file (200), as a server or proxy that ignores `Range` answers;
 - `hub.downloads(repo_id)`: GETs of each file of the repo (a Counter by path in the repo);
   `hub.requests_per_path(method)`: a Counter of every request path.
 """
@@ -171,6 +173,7 @@ class LoopbackHub:
         self._token: str | None = None
         self._cuts: list[list[Any]] = []  # [path part, bytes to send before dropping (None: half), times left]
         self._corruptions: Counter[str] = Counter()  # path part -> GETs left that send wrong bytes
+        self._ranges_ignored: Counter[str] = Counter()  # path part -> ranged GETs left answered in full
         self._down = False  # set the moment an outage starts, before the socket is closed
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -272,6 +275,12 @@ class LoopbackHub:
         length, same headers)."""
         with self._lock:
             self._corruptions[path_part] += times
+
+    def ignore_range_next(self, path_part: str, times: int = 1) -> None:
+        """The next `times` GETs with a `Range` of a file whose path contains path_part get the
+        whole file with a 200, as a server that ignores `Range` answers."""
+        with self._lock:
+            self._ranges_ignored[path_part] += times
 
     def downloads(self, repo_id: str) -> Counter[str]:
         """How many GETs each file of repo_id got on its resolve URL (whatever the answer)."""
@@ -445,6 +454,8 @@ class LoopbackHub:
         if method == "GET":
             body = self._tampered(path, data)
             span = _byte_range(headers.get("range"), len(data))
+            if span is not None and self._take_ignored_range(path):
+                span = None
             if span is not None:
                 status, body = 206, body[span[0]:span[1]]
                 out["Content-Range"] = f"bytes {span[0]}-{span[1] - 1}/{len(data)}"
@@ -461,6 +472,14 @@ class LoopbackHub:
                 return data
             self._corruptions[hit] -= 1
         return bytes(b ^ 0x5A for b in data)
+
+    def _take_ignored_range(self, path: str) -> bool:
+        with self._lock:
+            hit = next((part for part, left in self._ranges_ignored.items() if left > 0 and part in path), None)
+            if hit is None:
+                return False
+            self._ranges_ignored[hit] -= 1
+        return True
 
     def _take_cut(self, path: str) -> int | None:
         """Bytes to send before dropping (-1: half), or None for a whole answer."""

@@ -4,15 +4,19 @@ tmp_path."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from huggingface_hub import constants
+from huggingface_hub import constants, file_download, hf_hub_download, try_to_load_from_cache
 
 from lr_engine import make_demo_dataset
 from lr_engine._data import hub as dl
@@ -49,9 +53,8 @@ def log() -> list[str]:
 
 @pytest.fixture
 def no_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """huggingface_hub retries a refused listing 5 times over ~24 s (right for a real network);
-    the retries still happen, without the waits."""
-    import time
+    """huggingface_hub retries a refused listing 5 times over ~24 s, and a dropped download 5
+    times a second apart (right for a real network); the retries still happen, without the waits."""
     import types
 
     from huggingface_hub.utils import _http
@@ -59,6 +62,7 @@ def no_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     fast = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
     fast.sleep = lambda _seconds: None
     monkeypatch.setattr(_http, "time", fast)
+    monkeypatch.setattr(file_download, "time", fast)
 
 
 def two_file_dataset(root: Path, *, videos: bool = False) -> Path:
@@ -251,7 +255,7 @@ def test_a_v2_dataset_is_refused_naming_the_revision_flag(hub_server, hf_home, t
 # -- interrupted and corrupt downloads ---------------------------------------------------------
 
 
-def test_a_download_cut_midway_resumes_with_a_range_request(hub_server, hf_home, videos_repo, monkeypatch):
+def test_a_download_cut_midway_resumes_with_a_range_request(hub_server, hf_home, videos_repo, monkeypatch, no_retry_waits):
     sha, source = videos_repo
     # huggingface_hub counts (and resumes from) the bytes it has read, in chunks of 10 MiB; small
     # chunks let a 5 kB file show the same resume
@@ -262,6 +266,116 @@ def test_a_download_cut_midway_resumes_with_a_range_request(hub_server, hf_home,
     gets = [r for r in hub_server.requests if r.method == "GET" and r.path.endswith(VIDEO0)]
     size = (source / VIDEO0).stat().st_size
     assert size > 2048 and [(r.headers.get("range"), r.status) for r in gets] == [(None, 200), ("bytes=2048-", 206)]
+
+
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub counts (and resumes from) the bytes it has read, in chunks of 10 MiB; small
+    chunks let a 5 kB file show the same resume."""
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 512)
+
+
+def fail_in_one_run(hub_server, hf_home: Path, sha: str, after: int) -> Path:  # type: ignore[no-untyped-def]
+    """A fetch of episode 0 whose VIDEO0 download sends `after` bytes, then drops, and so does
+    every retry huggingface_hub makes (with no byte more): the run fails. Returns the partial file."""
+    retries = inspect.signature(file_download.http_get).parameters["_nb_retries"].default
+    hub_server.cut_next(VIDEO0, after=after)
+    hub_server.cut_next(VIDEO0, after=0, times=retries)
+    message = raised(dl.fetch_dataset, REPO, sha, [0], endpoint=hub_server.endpoint, log=lambda _: None)
+    assert REPO in message and "--dataset.root" in message
+    gets = [r for r in hub_server.requests if r.method == "GET" and r.path.endswith(VIDEO0)]
+    assert [r.headers.get("range") for r in gets] == [None] + [f"bytes={after}-"] * retries  # all cuts used
+    folder = hf_home / "hub" / "datasets--lr-test--reach"
+    assert not os.path.lexists(folder / "snapshots" / sha / VIDEO0)
+    return folder / "blobs" / f"{hashlib.sha256(hub_server.files(REPO)[VIDEO0]).hexdigest()}.lr-partial"
+
+
+def video_gets(hub_server, since: int) -> list[tuple[str | None, int]]:  # type: ignore[no-untyped-def]
+    return [(r.headers.get("range"), r.status) for r in hub_server.requests[since:]
+            if r.method == "GET" and r.path.endswith(VIDEO0)]
+
+
+def test_a_download_failed_in_one_run_resumes_in_the_next(hub_server, hf_home, videos_repo, monkeypatch, log,
+                                                         no_retry_waits):
+    sha, source = videos_repo
+    small_chunks(monkeypatch)
+    video = (source / VIDEO0).read_bytes()
+    partial = fail_in_one_run(hub_server, hf_home, sha, 2048)
+    assert partial.read_bytes() == video[:2048]  # the run died; its bytes stay, under a name the next run knows
+
+    seen = len(hub_server.requests)
+    snapshot = dl.fetch_dataset(REPO, sha, [0], endpoint=hub_server.endpoint, log=log.append)
+    assert video_gets(hub_server, seen) == [("bytes=2048-", 206)]
+    assert (snapshot / VIDEO0).read_bytes() == video and not partial.exists()
+    assert (snapshot / VIDEO0).is_symlink() and (snapshot / VIDEO0).resolve() == partial.with_suffix("")
+    assert hub_server.downloads(REPO)[DATA0] == 1  # completed in the first run, kept
+    assert any(line.startswith(f"{REPO}: resuming {VIDEO0}") for line in log)
+    # where huggingface_hub itself (and LeRobot) looks for it, without the network
+    cache = hf_home / "hub"
+    assert try_to_load_from_cache(REPO, VIDEO0, cache_dir=cache, revision=sha, repo_type="dataset") == str(snapshot / VIDEO0)
+    seen = len(hub_server.requests)
+    assert hf_hub_download(REPO, VIDEO0, repo_type="dataset", revision=sha, cache_dir=cache,
+                           endpoint=hub_server.endpoint) == str(snapshot / VIDEO0)
+    assert hub_server.requests[seen:] == []
+
+
+def test_a_partial_file_with_wrong_bytes_is_not_used(hub_server, hf_home, videos_repo, monkeypatch, log, no_retry_waits):
+    sha, source = videos_repo
+    small_chunks(monkeypatch)
+    video = (source / VIDEO0).read_bytes()
+    partial = fail_in_one_run(hub_server, hf_home, sha, 2048)
+    partial.write_bytes(bytes(b ^ 0xFF for b in video[:2048]))  # damaged on disk between the runs
+
+    seen = len(hub_server.requests)
+    snapshot = dl.fetch_dataset(REPO, sha, [0], endpoint=hub_server.endpoint, log=log.append)
+    assert video_gets(hub_server, seen) == [("bytes=2048-", 206), (None, 200)]  # resumed, failed the hash, fetched whole
+    assert (snapshot / VIDEO0).read_bytes() == video and not partial.exists()
+    assert any(VIDEO0 in line and "does not hash" in line and "fetching it again" in line for line in log)
+
+
+def test_a_server_that_ignores_range_still_gives_the_right_file(hub_server, hf_home, videos_repo, monkeypatch,
+                                                               no_retry_waits):
+    sha, source = videos_repo
+    small_chunks(monkeypatch)
+    partial = fail_in_one_run(hub_server, hf_home, sha, 2048)
+    hub_server.ignore_range_next(VIDEO0)
+
+    seen = len(hub_server.requests)
+    snapshot = dl.fetch_dataset(REPO, sha, [0], endpoint=hub_server.endpoint, log=lambda _: None)
+    assert video_gets(hub_server, seen) == [("bytes=2048-", 200)]  # the whole file, read from its first byte
+    assert (snapshot / VIDEO0).read_bytes() == (source / VIDEO0).read_bytes() and not partial.exists()
+
+
+def test_a_blob_another_process_is_downloading_is_waited_for_and_used(hub_server, hf_home, videos_repo):
+    from filelock import FileLock
+
+    sha, source = videos_repo
+    video = (source / VIDEO0).read_bytes()
+    folder = hf_home / "hub" / "datasets--lr-test--reach"
+    etag = hashlib.sha256(video).hexdigest()
+    lock = folder.parent / ".locks" / folder.name / f"{etag}.lock"  # the lock hf_hub_download takes, too
+    lock.parent.mkdir(parents=True)
+    errors: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            dl.fetch_dataset(REPO, sha, [0], endpoint=hub_server.endpoint, log=lambda _: None)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    with FileLock(lock):  # another process holds the blob's lock
+        worker = threading.Thread(target=fetch)
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not any(r.method == "HEAD" and r.path.endswith(VIDEO0) for r in list(hub_server.requests)):
+            assert time.monotonic() < deadline and worker.is_alive(), errors
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert not list((folder / "blobs").glob(f"{etag}*"))  # it waits: no partial file of its own
+        (folder / "blobs" / etag).write_bytes(video)  # the other process completes the blob
+    worker.join(30)
+    assert not worker.is_alive() and errors == []
+    assert (folder / "snapshots" / sha / VIDEO0).read_bytes() == video
+    assert hub_server.downloads(REPO)[VIDEO0] == 0  # used, not downloaded again
 
 
 def test_a_corrupt_download_is_fetched_again_and_never_used(hub_server, hf_home, videos_repo, log):

@@ -15,10 +15,17 @@ The contract (the engine calls these; all three read the environment at call tim
 - `cached_dataset(repo_id, commit) -> Path | None`: that folder if its meta is already
   cached, without any network (for the ranks that wait while one rank downloads).
 
-Files go through huggingface_hub (`snapshot_download` for `meta/`, `hf_hub_download` per
-data or video file, repo type dataset) into its cache: HF_HOME / HF_HUB_CACHE, HF_ENDPOINT
-(or `endpoint=`), HF_TOKEN (or `hf auth login`) and HF_HUB_OFFLINE=1 behave as in any Hub
-tool. lr never writes, prints or puts in a message the token.
+Files go into huggingface_hub's cache, laid out as `hf_hub_download` lays it out, so that
+huggingface_hub, LeRobot and `try_to_load_from_cache` find them: `snapshot_download` fetches
+`meta/` (and the repo's tree listing); each data or video file is fetched by lr with
+huggingface_hub's own parts (`get_hf_file_metadata` for its URL, ETag and size,
+`build_hf_headers` for the token, `http_get` for the bytes) into `blobs/<etag>`, with
+`snapshots/<commit>/<path>` a relative link to it (the file itself where the cache has no
+symlinks). HF_HOME / HF_HUB_CACHE, HF_ENDPOINT (or `endpoint=`), HF_TOKEN (or `hf auth login`)
+and HF_HUB_OFFLINE=1 behave as in any Hub tool. Data and video files travel over HTTP(S) with
+`Range` requests, the route huggingface_hub takes without hf_xet, even where hf_xet is
+installed: a Xet transfer cannot resume a file in a later run. lr never writes, prints or puts
+in a message the token.
 
 What is on disk is checked, never trusted blindly. A file must have the size the Hub's tree
 listing gives, and its content must hash to its blob's name in the cache, which is the ETag
@@ -27,17 +34,26 @@ also be the listing's `oid`). The hash is computed once, right after the downloa
 first time lr sees a blob something else downloaded); a marker beside the blobs
 (`<repo folder>/.lr-verified/<blob>`, holding the blob's size, mtime and inode) lets later
 runs trust it after a `stat`, and a rewrite of the blob (a new mtime or inode) voids the
-marker. A file that fails is deleted (pointer, blob, marker) and fetched again; if the fresh
-copy fails too, a `DatasetError` names it. Caches without symlinks (Windows without developer
-mode, HF_HUB_DISABLE_SYMLINKS=1) keep no blobs named by their hash: there only sizes are
-checked.
+marker. A download is checked before it becomes a blob, so a bad one never lands in the cache;
+a cached file that fails is deleted (pointer, blob, marker). Either is fetched again; if the
+fresh copy fails too, a `DatasetError` names it. Caches without symlinks (Windows without
+developer mode, HF_HUB_DISABLE_SYMLINKS=1) keep no blobs named by their hash: there a download
+is still hashed before it lands, but a cached file is checked by its size only.
 
-Interrupted downloads: when a connection drops midway, huggingface_hub asks for the rest with
-a `Range` request (from the bytes it had read; it reads 10 MiB at a time), up to 5 times; lr
-adds no transfer code of its own that could defeat that. Files completed before an
-interruption stay in the cache and are not fetched again. A process that dies mid-file loses
-that file's partial bytes: since huggingface_hub 2.x the `.incomplete` file has a name unique
-to its process and is deleted (or orphaned) rather than resumed by the next run.
+Interrupted downloads: a data or video file downloads into a partial file whose name is the
+same in every run and process, `<repo folder>/blobs/<etag>.lr-partial`, under huggingface_hub's
+lock for that blob (`<cache>/.locks/<repo folder>/<etag>.lock`, the one `hf_hub_download`
+takes): a second process or thread that needs the same blob waits, then uses the blob, rather
+than write to the same partial file. When a connection drops midway, `http_get` asks for the
+rest with a `Range` request, up to 5 times in a row without a new byte; when those fail too, or
+the process dies, the partial file stays, and the next run that needs the file asks for
+`Range: bytes=<its size>-`, appends to it and says so in `log`. A server that answers such a
+request with the whole file (HTTP 200) is read from the first byte, and a partial file longer
+than the file is started over. A partial file becomes the blob only once it has the size the
+Hub serves and hashes to its ETag; one that does not (its bytes damaged on disk, say) is deleted
+and the file fetched again from the first byte, once, as any bad download is. Files completed
+before an interruption stay in the cache and are not fetched again. The meta files, fetched by
+`snapshot_download`, are small and start over.
 
 Progress: huggingface_hub's progress bars when stderr is a terminal; otherwise the bars are
 off and `log` gets one line per file downloaded (path and size).
@@ -54,6 +70,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -61,10 +78,19 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pyarrow.parquet as pq
-from huggingface_hub import HfApi, constants, get_cached_repo_tree, hf_hub_download, snapshot_download
+from huggingface_hub import (
+    HfApi,
+    constants,
+    file_download,
+    get_cached_repo_tree,
+    get_hf_file_metadata,
+    hf_hub_url,
+    snapshot_download,
+)
 from huggingface_hub.errors import (
     CachedRepoTreeNotFoundError,
     GatedRepoError,
@@ -77,6 +103,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
     RevisionResolutionError,
 )
+from huggingface_hub.file_download import http_get
+from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
 from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
 from .errors import DatasetError
@@ -99,6 +127,8 @@ _META_PATTERNS = ["meta/*"]  # fnmatch: `*` also matches `/`, so every file belo
 _VERSION_RE = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 _EPISODE_COLUMNS = ("episode_index", "data/chunk_index", "data/file_index")
 _MARKERS = ".lr-verified"
+_PARTIAL = ".lr-partial"  # <repo folder>/blobs/<etag>.lr-partial: a download under way, or interrupted
+_HASH_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a git blob sha1 or an LFS sha256
 _HASH_CHUNK = 8 * 1024 * 1024
 
 Log = Callable[[str], Any]
@@ -239,7 +269,7 @@ def _blob_of(pointer: Path) -> Path | None:
     if not pointer.is_symlink():
         return None
     blob = Path(os.path.normpath(pointer.parent / os.readlink(pointer)))
-    named_by_hash = re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", blob.name) is not None
+    named_by_hash = _HASH_NAME.fullmatch(blob.name) is not None
     return blob if named_by_hash and blob.parent.name == "blobs" else None
 
 
@@ -309,6 +339,41 @@ def _evict(pointer: Path) -> None:
 
 
 # -- downloading -------------------------------------------------------------------------------
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def _same_site(url: str, target: str, endpoint: str) -> bool:
+    """Whether `target` (where the Hub sent a download) is the Hub itself, which gets the token
+    (as huggingface_hub decides: the same origin, or a Hub origin), rather than a signed CDN URL."""
+    hubs = (endpoint, constants.ENDPOINT, "https://huggingface.co", "https://hf.co", "https://hub-ci.huggingface.co")
+    return _origin(target) in {_origin(url), *(_origin(h) for h in hubs)}
+
+
+def _place(blob: Path, pointer: Path, folder: Path, *, new_blob: bool) -> bool:
+    """The snapshot entry for a blob, as huggingface_hub makes it: a relative symlink, or where
+    the cache has none the file itself (moved when the blob is new, else copied). True: a link."""
+    if os.path.lexists(pointer):
+        pointer.unlink()
+    if file_download.are_symlinks_supported(folder):
+        try:
+            os.symlink(os.path.relpath(blob, pointer.parent), pointer)
+            return True
+        except FileExistsError:  # made meanwhile by a process that did not take the lock
+            if os.path.realpath(pointer) == os.path.realpath(blob):
+                return True
+            raise
+        except PermissionError:  # as huggingface_hub: fall back to a real file
+            pass
+    if new_blob:
+        shutil.move(blob, pointer)
+    else:
+        shutil.copyfile(blob, pointer)
+    return False
 
 
 class _NoBars(hf_tqdm):
@@ -431,27 +496,88 @@ class _Fetch:
         return False
 
     def _download_checked(self, path: str, listing: dict[str, _Listed] | None) -> None:
-        """Download one file and hash it; a bad copy is deleted and fetched once more."""
+        """Download one file and check it; a bad copy is deleted and fetched once more."""
         listed = None if listing is None else listing.get(path)
         problem = None
-        for _ in range(2):
+        for attempt in range(2):
             try:
-                pointer = Path(hf_hub_download(
-                    self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, cache_dir=self.hub.cache_dir,
-                    endpoint=self.hub.endpoint, tqdm_class=self.tqdm_class,
-                ))
+                problem = self._download(path, listed)
+            except DatasetError:
+                raise
             except Exception as exc:  # noqa: BLE001 - every failure becomes one DatasetError
                 raise self.error(exc) from None
-            problem = _problem(pointer, listed)
             if problem is None:
-                return
-            _evict(pointer)
-            self.log(f"{self.repo_id}: downloaded {path} {problem}; deleted it, fetching it again")
+                pointer = self.snapshot / path
+                problem = _problem(pointer, listed)  # the listing's size and oid; no hashing again
+                if problem is None:
+                    return
+                _evict(pointer)
+            if attempt == 0:
+                self.log(f"{self.repo_id}: downloaded {path} {problem}; deleted it, fetching it again")
         raise DatasetError(
             f"dataset {self.repo_id!r} at {self.commit}: {path} {problem}, in two downloads from {self.hub.endpoint}; "
             "nothing was kept. Retry later (a proxy or the network may alter downloads), or pass --dataset.root="
             "<a verified local copy>"
         )
+
+    def _download(self, path: str, listed: _Listed | None) -> str | None:
+        """One file into the cache as `hf_hub_download` would put it, through a partial file that
+        a later run resumes (see the module docstring); returns why the download is bad, or None."""
+        url = hf_hub_url(self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, endpoint=self.hub.endpoint)
+        headers = build_hf_headers()  # the token: HF_TOKEN or the login, as huggingface_hub reads it
+        meta = get_hf_file_metadata(url, headers=headers, timeout=constants.HF_HUB_ETAG_TIMEOUT,
+                                    endpoint=self.hub.endpoint, retry_on_errors=True)
+        if meta.etag is None or meta.commit_hash is None:
+            raise DatasetError(
+                f"the server at {self.hub.endpoint} (HF_ENDPOINT) answered for {path} of dataset {self.repo_id!r} "
+                "without an ETag or X-Repo-Commit header: it does not serve as a Hugging Face Hub does; check "
+                "HF_ENDPOINT (and any proxy), or pass --dataset.root=<a local copy>"
+            )
+        source = meta.location or url
+        if not _same_site(url, source, self.hub.endpoint):
+            headers.pop("authorization", None)  # a signed CDN address: the token stays with the Hub
+        size = meta.size if meta.size is not None else (listed.size if listed is not None else None)
+        folder = _repo_folder(self.hub, self.repo_id)
+        blob, pointer = folder / "blobs" / meta.etag, self.snapshot / path
+        lock = self.hub.cache_dir / ".locks" / folder.name / f"{meta.etag}.lock"  # hf_hub_download's, too
+        for parent in (blob.parent, pointer.parent, lock.parent):
+            parent.mkdir(parents=True, exist_ok=True)
+        with WeakFileLock(lock):
+            new_blob = not blob.exists()  # else another process (or a thread) has just fetched it
+            if new_blob:
+                problem = self._fill(blob, source, headers, size, path)
+                if problem is not None:
+                    return problem
+            linked = _place(blob, pointer, folder, new_blob=new_blob)
+            if linked and new_blob and _HASH_NAME.fullmatch(blob.name):
+                _mark_verified(blob)  # _fill has hashed it
+        return None
+
+    def _fill(self, blob: Path, url: str, headers: dict[str, str], size: int | None, path: str) -> str | None:
+        """Download into `<blob>.lr-partial` from the bytes already there, check the size and the
+        hash, and make it the blob; returns why it is bad (the partial file deleted), or None."""
+        partial = blob.with_name(blob.name + _PARTIAL)
+        headers = {**headers, "Accept-Encoding": "identity"}  # ranges count the file's own bytes
+        with partial.open("ab") as f:
+            have = f.seek(0, os.SEEK_END)
+            if have and (size is None or have > size):  # nothing to resume against, or not a prefix
+                f.truncate(0)
+                have = 0
+            if have:
+                self.log(f"{self.repo_id}: resuming {path} after the {_size_text(have)} an earlier download left")
+            http_get(url, f, resume_size=have, headers=headers, expected_size=size, displayed_filename=path,
+                     tqdm_class=self.tqdm_class)
+        got = partial.stat().st_size
+        problem = None
+        if size is not None and got != size:
+            problem = f"has {got} bytes where the Hub serves {size}"
+        elif _HASH_NAME.fullmatch(blob.name) and _content_hash(partial, lfs=len(blob.name) == 64) != blob.name:
+            problem = f"does not hash to {blob.name}, the hash the Hub served it under"
+        if problem is not None:
+            partial.unlink(missing_ok=True)
+            return problem
+        os.replace(partial, blob)
+        return None
 
     def _report(self, path: str) -> None:
         if self.bars:
