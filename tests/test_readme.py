@@ -77,7 +77,7 @@ def test_the_first_hour_runs_as_written(tmp_path: Path) -> None:
     warning = next(line for line in resumed.stdout.splitlines() if line.startswith("warning: resuming"))
     assert "world_size 2 -> 1" in warning and "layout fsdp2 -> single" in warning, warning
     status = json.loads((out / "run.json").read_text())
-    assert status["status"] == "finished" and status["step"] == 200 > stopped
+    assert status["status"] == "finished" and status["step"] == 100 > stopped
     assert json.loads((out / "checkpoints" / "last" / "training_state" / "training_step.json").read_text())["checkpoint_format"] == "safetensors"
 
 

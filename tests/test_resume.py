@@ -390,7 +390,10 @@ def test_accumulation_with_any_save_freq_saves_at_the_update_that_completes_it(r
            "--accelerator.gradient_accumulation.steps=3): steps 6, 9, 12, ..." in printed
     again = root / "accum-save-resumed"
     launch(1, ["train", "--resume=true", f"--config_path={base / 'checkpoints' / '000006'}", f"--output_dir={again}"])
-    assert losses(again) == losses(base)[6:] and grad_norms(again) == grad_norms(base)[6:]
+    assert losses(again) == losses(base)[6:]
+    # the norm of each update (a step between updates logs the last update's, which a resume starts without)
+    updates = [r["grad_norm"] for r in records(again) if r["step"] % 3 == 0]
+    assert updates == [r["grad_norm"] for r in records(base)[6:] if r["step"] % 3 == 0]
 
 
 def test_every_problem_of_a_resume_is_reported_at_once(tiny_run: TinyRun, tmp_path: Path) -> None:
