@@ -1,6 +1,6 @@
 """The guide's first command on a dataset that lives on the Hub: `lr-engine train --dataset.repo_id=<user>/<name>`
 downloads it through the real `huggingface_hub` client (from the loopback Hub), on one process and under
-torchrun where one process per node downloads while the others wait, and a repo that cannot be had exits 2
+two processes where one process per node downloads while the others wait, and a repo that cannot be had exits 2
 before anything is written."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from _support.metrics import losses
-from _support.procs import run_cli, run_torchrun
+from _support.procs import run_cli, run_ranks
 from _support.runs import TINY
 
 pytestmark = pytest.mark.multiprocess
@@ -27,7 +27,7 @@ def _env(hub_server, tmp_path: Path) -> dict[str, str]:
 def test_a_hub_video_dataset_is_downloaded_once_and_trained_on_by_two_processes(hub_server, video_dataset: Path, tmp_path: Path) -> None:
     hub_server.add_dataset(REPO, video_dataset)
     out = tmp_path / "run"
-    proc = run_torchrun(2, ["train", f"--dataset.repo_id={REPO}", f"--output_dir={out}", *TINY, "--steps=3", "--parallelism.dp_shard=2",
+    proc = run_ranks(2, ["train", f"--dataset.repo_id={REPO}", f"--output_dir={out}", *TINY, "--steps=3", "--parallelism.dp_shard=2",
                             "--dataset.episodes=[0, 2]"], env=_env(hub_server, tmp_path))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     counts = hub_server.downloads(REPO)

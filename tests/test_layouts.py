@@ -1,5 +1,7 @@
-"""Every layout through the real CLI under torchrun (gloo, CPU): parity, accumulation,
-precision, reduced metrics, start-up errors and failure propagation.
+"""Every layout through the real CLI on several processes (gloo, CPU): parity, accumulation,
+precision, reduced metrics, start-up errors and failure propagation. The training runs start
+their ranks with `run_ranks` (torchrun's worker environment without its agent); the start-up
+errors, failure propagation and accelerate tests go through torchrun itself.
 
 The straight runs are module-scoped fixtures shared with tests/test_resume.py's
 expectations; each launch costs seconds of start-up, so scenarios are grouped.
@@ -24,7 +26,7 @@ import torch
 from safetensors.torch import load_file
 
 from _support.metrics import grad_norms, losses, records
-from _support.procs import run_cli, run_torchrun
+from _support.procs import run_cli, run_ranks, run_torchrun
 
 pytestmark = pytest.mark.multiprocess
 
@@ -63,7 +65,7 @@ def train(tmp: Path, name: str, nproc: int, *flags: str, env: dict[str, str] | N
     if nproc == 1:
         proc = run_cli(["lr_engine.cli", *argv], env=env)
     else:
-        proc = run_torchrun(nproc, argv, env=env)
+        proc = run_ranks(nproc, argv, env=env)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return out
 
@@ -159,7 +161,7 @@ def video_runs(tmp_path_factory: pytest.TempPathFactory, video_dataset: Path) ->
     def run(name: str, nproc: int, *extra: str) -> Path:
         out = tmp / name
         argv = ["train", f"--output_dir={out}", *TINY, *common, *extra]
-        proc = run_cli(["lr_engine.cli", *argv]) if nproc == 1 else run_torchrun(nproc, argv)
+        proc = run_cli(["lr_engine.cli", *argv]) if nproc == 1 else run_ranks(nproc, argv)
         assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         return out
 
@@ -246,7 +248,7 @@ def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank(tmp_path: Path, demo
 
 def test_no_wrap_units_fails_at_start_up_naming_the_options(tmp_path: Path, demo_dataset: Path) -> None:
     out = tmp_path / "mlp"
-    proc = run_torchrun(2, ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", "--policy.type=mlp", "--parallelism.dp_shard=2", "--steps=2"])
+    proc = run_ranks(2, ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", "--policy.type=mlp", "--parallelism.dp_shard=2", "--steps=2"])
     assert proc.returncode != 0
     assert "--accelerator.fsdp.wrap_modules" in proc.stderr and "--accelerator.fsdp.min_num_params" in proc.stderr
     assert "_fsdp_wrap_modules" in proc.stderr
@@ -310,8 +312,8 @@ def test_acknowledged_accelerate_env_applies_and_is_written_down(tmp_path: Path,
     the run is FSDP2 in bf16, says which variables mapped to which flags, and train_config.json
     records them, so the file still describes the run."""
     out = tmp_path / "acc-env"
-    proc = run_torchrun(2, ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY, "--steps=2", "--batch_size=4",
-                            "--save_checkpoint=false"],
+    proc = run_ranks(2, ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *TINY, "--steps=2", "--batch_size=4",
+                         "--save_checkpoint=false"],
                         env={"LEROBOT_ALLOW_ACCELERATE_ENV": "1", "ACCELERATE_USE_FSDP": "true", "ACCELERATE_MIXED_PRECISION": "bf16"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("accelerate's environment applied (its override is set): ACCELERATE_MIXED_PRECISION=bf16 -> "

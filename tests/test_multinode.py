@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from _support.metrics import grad_norms, losses
-from _support.procs import free_port, run_torchrun, subprocess_env
+from _support.procs import free_port, run_ranks, run_torchrun, subprocess_env
 
 pytestmark = pytest.mark.multiprocess
 
@@ -117,7 +117,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> P
 
 def test_two_nodes_match_one_node_step_for_step(two_nodes: Path, tmp_path: Path, demo_dataset: Path) -> None:
     ref = tmp_path / "hsdp_1node"
-    proc = run_torchrun(4, ["train", f"--output_dir={ref}", f"--dataset.root={demo_dataset}", *TINY, *HSDP, "--steps=6", "--save_checkpoint=false"])
+    proc = run_ranks(4, ["train", f"--output_dir={ref}", f"--dataset.root={demo_dataset}", *TINY, *HSDP, "--steps=6", "--save_checkpoint=false"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert losses(two_nodes) == pytest.approx(losses(ref), rel=1e-6)
     assert grad_norms(two_nodes) == pytest.approx(grad_norms(ref), rel=1e-6)
@@ -128,7 +128,7 @@ def test_two_nodes_match_one_node_step_for_step(two_nodes: Path, tmp_path: Path,
 def test_one_node_resumes_the_two_node_checkpoint(two_nodes: Path, tmp_path: Path) -> None:
     config = two_nodes / "checkpoints" / "000003" / "pretrained_model" / "train_config.json"
     out = tmp_path / "resumed_fsdp2"
-    proc = run_torchrun(
+    proc = run_ranks(
         2,
         ["train", "--resume=true", f"--config_path={config}", f"--output_dir={out}", "--parallelism.dp_replicate=1",
          "--parallelism.dp_shard=2", "--batch_size=4"],

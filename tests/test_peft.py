@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from _support.metrics import grad_norms, losses
-from _support.procs import run_cli, run_torchrun
+from _support.procs import run_cli, run_ranks
 
 pytestmark = pytest.mark.multiprocess
 
@@ -47,7 +47,7 @@ def lora_runs(base: Path, tmp_path_factory: pytest.TempPathFactory, demo_dataset
     ok(run_cli(["lr_engine.cli", "train", f"--output_dir={single}", *common, "--batch_size=8", "--save_checkpoint=false"]))
     fsdp = tmp / "fsdp"
     result = tmp / "fsdp.json"
-    ok(run_torchrun(2, [str(WORKER), str(result), f"--output_dir={fsdp}", *common, "--batch_size=4",
+    ok(run_ranks(2, [str(WORKER), str(result), f"--output_dir={fsdp}", *common, "--batch_size=4",
                         "--parallelism.dp_shard=2", "--checkpoint_format=dcp", "--save_freq=3"], module=None))
     return {"single": single, "fsdp": fsdp, "fsdp_result": result}
 
@@ -93,7 +93,7 @@ def test_checkpoints_hold_only_adapters_and_convert_merges_them(lora_runs: dict[
 def test_lora_resume_is_exact_on_the_same_topology_and_reshards_to_one(lora_runs: dict[str, Path], tmp_path: Path) -> None:
     config = lora_runs["fsdp"] / "checkpoints" / "000003" / "pretrained_model" / "train_config.json"
     same = tmp_path / "same"
-    ok(run_torchrun(2, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={same}"]))
+    ok(run_ranks(2, ["train", "--resume=true", f"--config_path={config}", f"--output_dir={same}"]))
     assert len(losses(same)) == 3
     assert losses(same) == losses(lora_runs["fsdp"])[3:]
     assert grad_norms(same) == grad_norms(lora_runs["fsdp"])[3:]
@@ -112,7 +112,7 @@ def test_ddp_lora_saves_the_same_adapter_as_single_process(lora_runs: dict[str, 
     """DDP names parameters `module.*`; the final adapter must still hold every trained tensor
     (it was once written empty), equal to the single-process run's, as its checkpoint's is."""
     out = tmp_path / "ddp"
-    ok(run_torchrun(2, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
+    ok(run_ranks(2, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
                         "--steps=6", "--batch_size=4", "--save_freq=6"]))
     assert losses(out) == pytest.approx(losses(lora_runs["single"]), rel=1e-5)
     assert grad_norms(out) == pytest.approx(grad_norms(lora_runs["single"]), rel=1e-5)
@@ -127,7 +127,7 @@ def test_hsdp_lora_matches_single_process(lora_runs: dict[str, Path], base: Path
     """HSDP 2x2 with batch 2 per rank is the single process's global batch of 8: the same losses,
     pre-clip grad norms and adapters."""
     out = tmp_path / "hsdp"
-    ok(run_torchrun(4, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
+    ok(run_ranks(4, ["train", f"--output_dir={out}", f"--policy.path={base}", f"--dataset.root={demo_dataset}", *LORA,
                         "--steps=6", "--batch_size=2", "--parallelism.dp_replicate=2", "--parallelism.dp_shard=2", "--save_checkpoint=false"]))
     assert len(losses(out)) == 6
     assert losses(out) == pytest.approx(losses(lora_runs["single"]), rel=1e-5)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
-from _support.procs import run_torchrun, subprocess_env
+from _support.procs import run_ranks, subprocess_env
 
 pytestmark = pytest.mark.multiprocess
 
@@ -22,7 +22,7 @@ TOKEN = "hf_e2eTestToken0123456789abcdef"
 
 def test_fsdp2_run_publishes_once_from_the_main_rank(hub_server, tmp_path: Path, demo_dataset: Path) -> None:
     out = tmp_path / "run"
-    proc = run_torchrun(
+    proc = run_ranks(
         2,
         ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", "--policy.dim_model=32", "--policy.dim_feedforward=64",
          "--policy.n_heads=2", "--steps=4", "--batch_size=4", "--parallelism.dp_shard=2", "--save_freq=4",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from _support.procs import run_torchrun
+from _support.procs import run_ranks
 
 pytestmark = pytest.mark.multiprocess
 
@@ -17,7 +17,7 @@ WORKER = Path(__file__).parent / "workers" / "shard_worker.py"
 
 def test_local_shards_are_one_nth_and_ignored_modules_are_whole(tmp_path: Path, demo_dataset: Path) -> None:
     n = 2
-    proc = run_torchrun(
+    proc = run_ranks(
         n,
         [str(WORKER), str(tmp_path), f"--output_dir={tmp_path / 'run'}", f"--dataset.root={demo_dataset}",
          "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--parallelism.dp_shard=2",
@@ -52,7 +52,7 @@ def test_save_pretrained_is_collective_on_a_sharded_policy(tmp_path: Path, demo_
 
     from lr_engine import load_pretrained, make_policy
 
-    proc = run_torchrun(2, [str(WORKER), str(tmp_path), f"--output_dir={tmp_path / 'run'}", f"--dataset.root={demo_dataset}",
+    proc = run_ranks(2, [str(WORKER), str(tmp_path), f"--output_dir={tmp_path / 'run'}", f"--dataset.root={demo_dataset}",
                             "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--parallelism.dp_shard=2"],
                         module=None)
     assert proc.returncode == 0, proc.stderr[-3000:]

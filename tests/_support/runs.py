@@ -2,7 +2,7 @@
 
 - `tiny_run`: one process, `lr-engine train` with the tiny ACT of `TINY`, 4 steps saved at
   2 and 4 (`checkpoints/000002`, `000004`, `last -> 000004`), safetensors format.
-- `dcp_run`: the same schedule under torchrun on 2 processes, FSDP2 (`dp_shard=2`),
+- `dcp_run`: the same schedule on 2 processes (`run_ranks`), FSDP2 (`dp_shard=2`),
   `--checkpoint_format=dcp` (DCP shards for the model and the optimizer), with a wider
   model (`WIDE`: `dim_model=64`) so that mixing its files with `tiny_run`'s cannot load by
   chance.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .procs import run_cli, run_torchrun
+from .procs import run_cli, run_ranks
 
 __all__ = ["PLANTED_TOKEN", "SCHEDULE", "TINY", "WIDE", "TinyRun", "copy_run", "dcp_run", "tiny_run", "tree_digest"]
 
@@ -66,7 +66,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> Ti
 @pytest.fixture(scope="session")
 def dcp_run(tmp_path_factory: pytest.TempPathFactory, demo_dataset: Path) -> TinyRun:
     out = tmp_path_factory.mktemp("dcp_run") / "run"
-    proc = run_torchrun(
+    proc = run_ranks(
         2,
         ["train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *WIDE, *SCHEDULE,
          "--parallelism.dp_shard=2", "--checkpoint_format=dcp"],

@@ -33,16 +33,18 @@ def test_a_rank_killed_now_is_named_with_its_signal_and_the_root_cause(tmp_path,
         wait_for_log(out, "step 5/", proc)
         # Rank 0 is paused while rank 1 dies, so torchrun observes rank 1's SIGKILL first on every
         # machine: on a loaded one, rank 0 could otherwise fail on the closed connection and exit
-        # before torchrun's next poll, which then reports rank 0 first. (Torchrun then ends the
-        # paused rank itself; rank 0's gloo error on a lost peer is parsed in killed_rank.log below.)
+        # before torchrun's next poll, which then reports rank 0 first. Rank 0 goes on once torchrun
+        # has begun to stop it (a paused rank would hold torchrun for its 30 s shutdown timeout);
+        # rank 0's gloo error on a lost peer is parsed in killed_rank.log below.
         rank0 = worker_pid(proc.pid, 0)
         os.kill(rank0, signal.SIGSTOP)
         try:
             os.kill(worker_pid(proc.pid, 1), signal.SIGKILL)
-            wait_for_log(out, "failed (exitcode: -9) local_rank: 1", proc, timeout=120)
+            wait_for_log(out, "closing signal SIGTERM", proc, timeout=120)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rank0, signal.SIGCONT)
+        wait_for_log(out, "failed (exitcode: -9) local_rank: 1", proc, timeout=120)
         assert proc.wait(timeout=120) != 0
     finally:
         end(proc.pid)

@@ -22,7 +22,7 @@ import pytest
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-from _support.procs import run_torchrun, subprocess_env  # noqa: E402
+from _support.procs import run_ranks, subprocess_env  # noqa: E402
 
 WORKER = HERE / "ckpt_worker.py"
 
@@ -68,7 +68,7 @@ def ckpt_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def hsdp_run(ckpt_runs: Path) -> subprocess.CompletedProcess[str]:
-    return run_torchrun(4, [str(WORKER), "hsdp", str(ckpt_runs)], module=None, timeout=400)
+    return run_ranks(4, [str(WORKER), "hsdp", str(ckpt_runs)], module=None, timeout=400)
 
 
 @pytest.fixture

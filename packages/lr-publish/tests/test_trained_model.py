@@ -23,10 +23,10 @@ def _toy_model() -> nn.Sequential:
 
 
 @pytest.mark.multiprocess
-def test_fsdp2_two_ranks_publish_once_from_the_main_rank(hub_server, hub_env, ckpts, torchrun, tmp_path):
+def test_fsdp2_two_ranks_publish_once_from_the_main_rank(hub_server, hub_env, ckpts, ranks, tmp_path):
     (tmp_path / "existing").mkdir()
     dataset = ckpts.write_dataset(tmp_path / "dataset")
-    run = torchrun(2, [str(WORKER), str(tmp_path), hub_server.endpoint, str(dataset)], module=None, timeout=240)
+    run = ranks(2, [str(WORKER), str(tmp_path), hub_server.endpoint, str(dataset)], module=None, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     by_rank = {r: [json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
 
