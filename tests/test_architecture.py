@@ -117,3 +117,96 @@ def test_nothing_in_the_repo_points_outside_it() -> None:
             if outside.search(path.read_text(errors="replace")):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+_SOURCES = sorted(p for root in (*PACKAGES.values(), ROOT / "tools") for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts)
+_LAYOUT_MODULE = PACKAGES["lr_config"] / "src" / "lr_config" / "layout.py"
+
+
+def _layout_names() -> dict[str, str]:
+    """The names `lr_config.layout` defines: NAME -> "spelling"."""
+    tree = ast.parse(_LAYOUT_MODULE.read_text())
+    return {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper()
+        and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
+
+
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string literals of a module, docstrings aside."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_the_checkpoint_layout_is_spelled_in_one_module() -> None:
+    """Folder names of a checkpoint appear in no literal outside lr_config/layout.py (messages
+    included: they interpolate the names), and no path is joined with a literal layout name
+    (`run / "checkpoints"`); every layout name is defined there once."""
+    names = _layout_names()
+    assert {"CHECKPOINTS", "LAST", "PRETRAINED", "TRAINING_STATE", "MODEL_DCP", "OPTIMIZER_DCP", "TRAIN_CONFIG"} <= set(names)
+    assert len(set(names.values())) == len(names), names
+    folders = [names[n] for n in ("PRETRAINED", "TRAINING_STATE", "MODEL_DCP", "OPTIMIZER_DCP")]
+    spelled, joined = [], []
+    for path in _SOURCES:
+        if path == _LAYOUT_MODULE:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        where = lambda node: f"{path.relative_to(ROOT)}:{node.lineno}"  # noqa: E731
+        spelled += [f"{where(n)} {n.value[:60]!r}" for n in _strings(tree) if any(f in n.value for f in folders)]
+        joined += [
+            f"{where(n)} / {side.value!r}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)
+            for side in (n.left, n.right)
+            if isinstance(side, ast.Constant) and side.value in names.values()
+        ]
+    assert spelled == [], "checkpoint folder names spelled outside lr_config/layout.py:\n" + "\n".join(spelled)
+    assert joined == [], "paths joined with a literal layout name (use lr_config.layout):\n" + "\n".join(joined)
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports (at the top, in a function, or for
+    type checking alike), by dotted name."""
+    root = PACKAGES[package] / "src" / package
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".") if node.level else node.module or ""
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            graph[name] |= {t for t in targets if t in modules and t not in (name, package)}
+    return graph
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_circles_inside_a_package(package: str) -> None:
+    graph = _module_graph(package)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph[node])
+        return False
+
+    circles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+    assert circles == [], f"{package}: modules that import each other (directly or around a circle): {circles}"

@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lr_config.layout import METRICS
+
 # About 10M parameters (10,560,322 with the demo dataset's 2-D state/env/action).
 ACT_FLAGS = [
     "--policy.type=act",
@@ -129,7 +131,7 @@ def run_engine(flags: list[str], layout: str, output_dir: Path) -> EngineResult 
         torch.cuda.reset_peak_memory_stats(ctx.device)
     train(cfg, ctx)
     barrier()
-    return engine_windows(output_dir / "metrics.jsonl") if ctx.is_main else None
+    return engine_windows(output_dir / METRICS) if ctx.is_main else None
 
 
 # ---------------------------------------------------------------- the bare loop
@@ -156,7 +158,8 @@ def _bare_model(cfg: Any, ctx: Any, policy: Any) -> Any:
 
 def _bare_loader(cfg: Any, ctx: Any) -> tuple[Any, Any]:
     import torch
-    from lr_engine._data.dataset import LeRobotDataset, load_meta, resolve_dataset_root
+    from lr_engine._data.dataset import LeRobotDataset, load_meta
+    from lr_engine._data.locate import resolve_dataset_root
     from lr_engine._processors import make_processors
 
     root = resolve_dataset_root(cfg.dataset, create_demo=False)
@@ -198,8 +201,9 @@ class BareLoop:
 
     def __init__(self, flags: list[str], layout: str) -> None:
         import torch
-        from lr_engine._data.dataset import load_meta, resolve_dataset_root
-        from lr_engine._policies.base import make_policy
+        from lr_engine._data.dataset import load_meta
+        from lr_engine._data.locate import resolve_dataset_root
+        from lr_engine._policies.registry import make_policy
 
         cfg = train_config([*flags, *LAYOUT_FLAGS[layout]])
         self.ctx = ctx = context_for(layout, cfg)
@@ -313,7 +317,7 @@ def run_paired(flags: list[str], layout: str, output_dir: Path) -> PairedResult 
     barrier()
     if not run.ctx.is_main:
         return None
-    engine = engine_windows(output_dir / "metrics.jsonl").windows
+    engine = engine_windows(output_dir / METRICS).windows
     rows, first = [], 0
     for steps, wall in engine:
         bare_s = sum(paired.times[first : first + steps])

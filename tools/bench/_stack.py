@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lr_config.layout import POLICY_CONFIG
+
 FULL = {"dim": 2048, "blocks": 12}
 SMOKE = {"dim": 256, "blocks": 4}
 
@@ -86,5 +88,5 @@ def save_request(model: Any, optimizer: Any, step: int, fmt: str, background: bo
         training_step=TrainingStep(step=step, optimizer_updates=step, dp_world_size=world, checkpoint_format=fmt, topology=topo),
         scheduler_state={"version": 1, "type": "constant", "last_step": step},
         scaler_state=None,
-        write_pretrained=lambda folder: (Path(folder) / "config.json").write_text('{"type": "stack"}\n'),
+        write_pretrained=lambda folder: (Path(folder) / POLICY_CONFIG).write_text('{"type": "stack"}\n'),
     )

@@ -29,13 +29,13 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
+from lr_config.layout import MODEL_WEIGHTS, StepFiles  # noqa: E402
 
 TARGET = 0.8
 SCRIPT = Path(__file__).resolve()
@@ -78,7 +78,8 @@ def raw_read(path: Path, buffer: bytearray) -> float:
 def _unread_on_load(step_dir: Path) -> int:
     """Bytes a resume does not read: with DCP shards present, the model comes from them and
     the gathered `model.safetensors` of `safetensors_dcp` stays unread."""
-    shards, gathered = step_dir / "pretrained_model" / "pytorch_model_fsdp_0", step_dir / "pretrained_model" / "model.safetensors"
+    files = StepFiles(step_dir)
+    shards, gathered = files.model_dcp, files.pretrained / MODEL_WEIGHTS
     return gathered.stat().st_size if shards.is_dir() and gathered.is_file() else 0
 
 

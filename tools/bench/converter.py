@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
+from lr_config.layout import MODEL_WEIGHTS, StepFiles  # noqa: E402
 
 SPEED_TARGET = 2.0
 RSS_TARGET = 1.3
@@ -119,8 +120,8 @@ def same_tensors(a: Path, b: Path) -> bool:
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     made = C.run_worker(2, SCRIPT, [f"--tmp={tmp}/ckpts", *(["--smoke"] if args.smoke else [])], tmp / "r.json", timeout=900)
     step_dir = Path(made["step_dir"])
-    dcp_dir = step_dir / "pretrained_model" / "pytorch_model_fsdp_0"
-    lr_out = step_dir / "pretrained_model" / "model.safetensors"
+    dcp_dir = StepFiles(step_dir).model_dcp
+    lr_out = StepFiles(step_dir).pretrained / MODEL_WEIGHTS
     acc_out = tmp / "merged"
     codes = {
         "lr-checkpoint convert": LR_CODE.format(step_dir=f"--checkpoint_dir={step_dir}"),
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             if name in outputs:
                 C.settle(args.settle)
             samples[name].append(measure([sys.executable, "-c", codes[name]]))
-    equal = same_tensors(lr_out, acc_out / "model.safetensors")
+    equal = same_tensors(lr_out, acc_out / MODEL_WEIGHTS)
     return {"model_bytes": made["model_bytes"], "samples": samples, "equal": equal}
 
 

@@ -49,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
+from lr_config.layout import METRICS  # noqa: E402
 
 TARGET = 1.5
 LEROBOT_VERSION = "0.6.1"
@@ -366,7 +367,7 @@ class Runner:
                  "--save_checkpoint=false", f"--output_dir={out}"]
         C.run_checked([sys.executable, "-m", "lr_engine.cli", "train", *flags], timeout=3600,
                       env=C.bench_env({"LR_CACHE_DIR": str(self.lr_cache)}), echo=False)
-        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows = [json.loads(line) for line in (out / METRICS).read_text().splitlines() if line.strip()]
         shutil.rmtree(out, ignore_errors=True)
         return rows
 

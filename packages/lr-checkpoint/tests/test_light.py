@@ -13,7 +13,7 @@ import pytest
 
 from lr_checkpoint import CheckpointError, resolve_step_dir
 from lr_checkpoint._dcp_meta import read_dcp_metadata
-from lr_checkpoint._st_format import TensorSpec, build_header, read_header
+from lr_config.st_format import TensorSpec, build_header, read_header
 from lr_config import ConfigError
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from lr_config import ConfigError, DatasetConfig, FeatureSpec
 
-from lr_engine._data.dataset import DatasetError, LeRobotDataset, load_meta, resolve_dataset_root
+from lr_engine._data.dataset import DatasetError, LeRobotDataset, load_meta
+from lr_engine._data.locate import resolve_dataset_root
 from lr_engine import make_demo_dataset
 from lr_engine._data.sampler import DataPosition, GlobalOrderBatchSampler, resume_position
 from lr_engine._processors import Normalizer, load_processors, make_processors, save_processors

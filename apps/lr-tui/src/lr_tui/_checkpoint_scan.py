@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lr_config import ConfigError, TrainingStep, load_training_step
+from lr_config.layout import ADAPTER_WEIGHTS, CHECKPOINTS, LAST, MODEL_WEIGHTS, StepFiles
 
-from ._safetensors_header import HeaderError, TensorSummary, summarize_tensors
+from ._safetensors_header import TensorSummary, summarize_tensors
 
 __all__ = ["CheckpointDetails", "CheckpointRow", "checkpoint_details", "read_training_step", "scan_checkpoints"]
 
-WEIGHT_FILES = {"model.safetensors": "model", "adapter_model.safetensors": "adapter"}
-DCP_DIR = "pytorch_model_fsdp_0"
+WEIGHT_FILES = {MODEL_WEIGHTS: "model", ADAPTER_WEIGHTS: "adapter"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def _weights(pretrained: Path) -> str:
 
 
 def read_training_step(step_dir: Path) -> tuple[TrainingStep | None, str]:
-    path = step_dir / "training_state" / "training_step.json"
+    path = StepFiles(step_dir).training_step
     if not path.exists():
         return None, "no training_step.json"
     try:
@@ -79,14 +79,14 @@ def _inferred_format(weights: str, dcp: bool) -> str:
 
 
 def _last_target(checkpoints: Path) -> Path | None:
-    link = checkpoints / "last"
+    link = checkpoints / LAST
     return link.resolve() if link.is_symlink() and link.exists() else None
 
 
 def _row(step_dir: Path, last: Path | None) -> CheckpointRow:
-    pretrained = step_dir / "pretrained_model"
-    weights = _weights(pretrained)
-    dcp = (pretrained / DCP_DIR).is_dir()
+    files = StepFiles(step_dir)
+    weights = _weights(files.pretrained)
+    dcp = files.model_dcp.is_dir()
     ts, problem = read_training_step(step_dir)
     topo = ts.topology if ts else None
     return CheckpointRow(
@@ -106,7 +106,7 @@ def _row(step_dir: Path, last: Path | None) -> CheckpointRow:
 
 def scan_checkpoints(run_dir: Path) -> list[CheckpointRow]:
     """Every complete step folder under `<run_dir>/checkpoints`, oldest step first."""
-    checkpoints = Path(run_dir) / "checkpoints"
+    checkpoints = Path(run_dir) / CHECKPOINTS
     if not checkpoints.is_dir():
         return []
     last = _last_target(checkpoints)
@@ -131,7 +131,7 @@ def checkpoint_details(step_dir: Path) -> CheckpointDetails:
             if name.endswith(".safetensors"):
                 try:
                     details.tensors[rel] = summarize_tensors(path)
-                except (HeaderError, KeyError, TypeError, ValueError) as exc:
+                except ConfigError as exc:
                     details.problems.append(f"{rel}: {exc}")
     details.training_step, problem = read_training_step(Path(step_dir))
     if problem:

@@ -37,6 +37,7 @@ from lr_config import (
     to_dict,
     validate,
 )
+from lr_config.layout import StepFiles
 
 from ._cli_tasks import launch_argv
 
@@ -389,9 +390,8 @@ def _resume_problems(cfg: TrainConfig) -> list[str]:
     no steps left, a partial first update), as the engine would refuse it at start-up."""
     if cfg.config_path is None:
         return []
-    step_dir = Path(cfg.config_path).parent.parent  # <step>/pretrained_model/train_config.json
     try:
-        saved = load_training_step(step_dir / "training_state" / "training_step.json")
+        saved = load_training_step(StepFiles.of_train_config(Path(cfg.config_path)).training_step)
     except ConfigError as exc:
         return exc.problems
     return resume_problems(saved.step, cfg)

@@ -29,6 +29,7 @@ from lr_config import (
     resume_config,
     resume_is_sample_exact,
 )
+from lr_config.layout import CHECKPOINTS, LAST
 
 from ._checkpoint_scan import read_training_step
 from ._cli_tasks import launch_argv
@@ -75,7 +76,7 @@ class ResumePlan:
 
 def last_checkpoint(run_dir: Path) -> Path | None:
     """The step folder `<run>/checkpoints/last` points to (absolute), or None."""
-    link = Path(run_dir) / "checkpoints" / "last"
+    link = Path(run_dir) / CHECKPOINTS / LAST
     if not link.exists():
         return None
     return link.resolve()

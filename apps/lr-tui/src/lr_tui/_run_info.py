@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from lr_config import ConfigError, MetricsRecord, RunStatus, load_run_status
+from lr_config.layout import METRICS, RUN_STATUS
 
 from ._metrics_tail import last_record
 from ._procs import process
@@ -68,14 +69,14 @@ def _process_gone(status: RunStatus) -> bool:
 
 
 def summarize_run(output_dir: Path) -> RunSummary:
-    path = Path(output_dir) / "run.json"
+    path = Path(output_dir) / RUN_STATUS
     if not path.exists():
         return RunSummary(state="no run.json yet")
     try:
         status = load_run_status(path)
     except ConfigError as exc:
         return RunSummary(state="unreadable run.json", error=str(exc))
-    eta = eta_seconds(status, last_record(Path(output_dir) / "metrics.jsonl") if status.status == "running" else None)
+    eta = eta_seconds(status, last_record(Path(output_dir) / METRICS) if status.status == "running" else None)
     state = "stale (process gone)" if _process_gone(status) else status.status
     return RunSummary(
         state=state,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lr_config import ConfigError, RunStatus, load_run_status
+from lr_config.layout import RUN_STATUS
 
 from ._events import Event, EventLog, EventParser
 from ._metrics_tail import JsonlTail
@@ -45,7 +46,7 @@ class RunState:
 
 def _run_status(output_dir: Path) -> RunStatus | None:
     try:
-        return load_run_status(Path(output_dir) / "run.json")
+        return load_run_status(Path(output_dir) / RUN_STATUS)
     except (ConfigError, OSError):
         return None
 

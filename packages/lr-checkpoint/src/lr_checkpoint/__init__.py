@@ -1,6 +1,6 @@
 """lr-checkpoint: crash-safe checkpoints that survive a change of topology.
 
-Layout (see `_layout`): `<output_dir>/checkpoints/<step:06d>/{pretrained_model,training_state}/`
+Layout (`lr_config.layout`): `<output_dir>/checkpoints/<step:06d>/{pretrained_model,training_state}/`
 and a relative `checkpoints/last` link, switched only once a step folder is complete.
 Formats: `safetensors` (gathered weights and optimizer), `dcp` (DCP shards of both) and
 `safetensors_dcp` (DCP shards plus gathered weights); single-process and DDP runs always
@@ -38,9 +38,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from lr_config.layout import list_step_dirs, model_weights_file, resolve_step_dir
+
 from ._errors import CheckpointError
 from ._inspect import inspect_checkpoint
-from ._layout import list_step_dirs, model_weights_file, resolve_step_dir
 from ._request import ResumeState, SaveRequest
 from ._resume import read_resume_state, read_training_step
 

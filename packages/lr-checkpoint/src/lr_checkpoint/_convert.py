@@ -15,6 +15,8 @@ from __future__ import annotations
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from lr_config.layout import StepFiles, resolve_step_dir
+from lr_config.st_format import TensorSpec
 
 from ._cast import FLOATING
 from ._checksums import read_checksums, update_checksums
@@ -22,9 +24,7 @@ from ._convert_check import EXPORT_DTYPES, check_convert_request
 from ._dcp_meta import DcpMetadata, read_whole_dcp_metadata
 from ._dcp_stream import dcp_safetensors_body
 from ._errors import CheckpointError
-from ._layout import StepFiles, resolve_step_dir
 from ._st_file import write_safetensors_body
-from ._st_format import TensorSpec
 
 __all__ = ["convert_checkpoint"]
 

@@ -1,9 +1,10 @@
 """What `convert` refuses before it reads anything (no torch: the CLI fails fast)."""
 
 from __future__ import annotations
+from lr_config.layout import StepFiles
+
 
 from ._errors import CheckpointError
-from ._layout import StepFiles
 
 __all__ = ["EXPORT_DTYPES", "check_convert_request"]
 

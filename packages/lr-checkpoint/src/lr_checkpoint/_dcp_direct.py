@@ -32,6 +32,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
+from ._fast_paths import fell_back
 from ._st_read import memory_of
 from ._torch_save import Stored, read_stored
 
@@ -68,10 +69,12 @@ class DirectFileSystemReader(FileSystemReader):
         if tuple(target.shape) != tuple(req.lengths):
             return False
         into: list[torch.Tensor] = []
+        asked: list[Stored] = []
 
         def buffer_for(stored: Stored) -> memoryview | None:
             """The destination's own memory when the item is a whole stored chunk of its dtype
             and it is a contiguous CPU tensor, else a new tensor the size of the chunk."""
+            asked.append(stored)
             if stored.shape != sizes[index]:
                 return None
             dtype = getattr(torch, stored.dtype)
@@ -81,6 +84,8 @@ class DirectFileSystemReader(FileSystemReader):
             return memory_of(into[0])
 
         if read_stored(f.fileno(), info.offset, info.length, buffer_for) is None:
+            if not asked:  # no buffer was asked for: an archive read_stored does not recognise
+                fell_back(self.fs.concat_path(self.path, info.relative_path))
             return False
         if into[0] is not target:
             target.copy_(_narrow(into[0], req.storage_offsets, req.lengths))

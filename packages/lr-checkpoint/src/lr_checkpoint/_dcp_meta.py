@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lr_config.st_format import DTYPE_CODES, byte_size
+
 from ._errors import CheckpointError
-from ._st_format import DTYPE_CODES, byte_size
 
 __all__ = ["DcpChunk", "DcpMetadata", "DcpStorage", "DcpTensor", "read_dcp_metadata", "read_whole_dcp_metadata", "shard_problems"]
 

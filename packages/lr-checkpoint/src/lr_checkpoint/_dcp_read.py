@@ -20,11 +20,13 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from ._dcp_direct import DirectFileSystemReader
 from ._dcp_meta import DcpMetadata, DcpTensor
 from ._errors import CheckpointError
+from ._fast_paths import enabled as fast_paths_enabled
 
 __all__ = ["dcp_batches", "iter_dcp_tensors", "load_dcp_batch", "load_dcp_tensor", "load_in_place"]
 
@@ -48,7 +50,8 @@ def _load(state: dict[str, Any], folder: Path) -> None:
         # Without a process group DCP warns that it loads in one process: that is the intent.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         try:
-            dcp_load(state, storage_reader=DirectFileSystemReader(folder), no_dist=True)
+            reader = DirectFileSystemReader(folder) if fast_paths_enabled() else FileSystemReader(folder)
+            dcp_load(state, storage_reader=reader, no_dist=True)
         except (CheckpointException, Exception) as exc:  # DCP's error is a BaseException
             raise _unreadable(folder, exc) from exc
 

@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from lr_config.st_format import TensorSpec, itemsize
 
 from ._cast import FLOATING, cast_into
 from ._dcp_meta import DcpChunk, DcpMetadata, DcpStorage
 from ._direct_io import aligned_buffer
-from ._st_format import TensorSpec, itemsize
+from ._fast_paths import enabled as fast_paths_enabled, fell_back
 from ._torch_save import locate
 
 __all__ = ["dcp_safetensors_body"]
@@ -98,7 +99,10 @@ def _ranges(meta: DcpMetadata, spec: TensorSpec, blocks: list[tuple[DcpStorage, 
     for item, chunk in blocks:
         path = meta.folder / item.relative_path
         found = locate(fd(path), item.offset, item.length)
-        if found is None or found.dtype != meta.tensors[spec.name].dtype or found.shape != chunk.sizes:
+        if found is None:
+            fell_back(path)
+            return None
+        if found.dtype != meta.tensors[spec.name].dtype or found.shape != chunk.sizes:
             return None
         if found.dtype != spec.dtype and not {found.dtype, spec.dtype} <= set(FLOATING):
             return None
@@ -122,7 +126,7 @@ def _plan(meta: DcpMetadata, specs: list[TensorSpec]) -> list[_Part]:
     try:
         for spec in specs:
             blocks = _row_blocks(meta, spec.name, by_key[spec.name])
-            ranges = _ranges(meta, spec, blocks, fd) if blocks is not None else None
+            ranges = _ranges(meta, spec, blocks, fd) if blocks is not None and fast_paths_enabled() else None
             parts.extend(ranges if ranges is not None else [_Whole(key=spec.name, target=spec.dtype)])
     finally:
         for handle in handles.values():

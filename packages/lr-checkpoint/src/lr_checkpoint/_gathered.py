@@ -26,9 +26,9 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from lr_config import FileDigest
+from lr_config.st_format import TensorSpec
 
 from ._dist import is_main, run_on_main
-from ._st_format import TensorSpec
 from ._st_writer import spec_of, write_safetensors
 
 __all__ = ["write_gathered"]

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from lr_config import ConfigError
+from lr_config.layout import StepFiles, resolve_step_dir
+from lr_config.st_format import read_header
 
 from ._dcp_meta import read_dcp_metadata
 from ._errors import CheckpointError
-from ._layout import StepFiles, resolve_step_dir
 from ._resume import read_training_step
-from ._st_format import read_header
 
 __all__ = ["inspect_checkpoint", "tensor_sources"]
 

@@ -7,9 +7,10 @@ per-parameter state, under a schema `version`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from lr_config import read_json_object as json_object
 
 from ._errors import CheckpointError
 
@@ -19,16 +20,8 @@ OPTIMIZER_JSON_VERSION = 1
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`, or a CheckpointError naming the file."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file not found; the checkpoint is incomplete") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc}); the file is damaged") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object; the file is damaged")
-    return data
+    """A JSON object from a checkpoint's `path`, or a CheckpointError naming the file."""
+    return json_object(path, error=CheckpointError, missing=": file not found; the checkpoint is incomplete", damaged="; the file is damaged")
 
 
 def read_optimizer_json(path: Path) -> dict[str, Any]:

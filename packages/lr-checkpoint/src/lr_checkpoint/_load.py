@@ -24,15 +24,15 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+from lr_config.layout import StepFiles, resolve_step_dir
+from lr_config.st_format import read_header
 
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import load_in_place
 from ._dist import collector_paused, run_on_every_rank, run_on_main
 from ._checksums import ChecksumCheck
 from ._errors import CheckpointError
-from ._layout import StepFiles, resolve_step_dir
 from ._json_files import read_optimizer_json
-from ._st_format import read_header
 from ._st_read import read_local_shards, read_tensors
 from ._state import (
     is_sharded,
@@ -94,7 +94,7 @@ def _check_groups(path: Path, saved: dict[str, Any], current: dict[str, Any]) ->
 
 def _missing_model(files: StepFiles) -> CheckpointError:
     return CheckpointError(
-        f"{files.pretrained}: has neither {files.model.name} nor DCP shards (pytorch_model_fsdp_0/); the checkpoint is incomplete"
+        f"{files.pretrained}: has neither {files.model.name} nor DCP shards ({files.model_dcp.name}/); the checkpoint is incomplete"
     )
 
 
@@ -184,7 +184,7 @@ def _load_optimizer(files: StepFiles, model: nn.Module, optimizer: torch.optim.O
         _load_optimizer_full(files, model, optimizer, local_optimizer_state(model, optimizer))
     else:
         raise CheckpointError(
-            f"{files.training_state}: has neither optimizer_state.safetensors nor optimizer_0/; "
+            f"{files.training_state}: has neither {files.optimizer.name} nor {files.optimizer_dcp.name}/; "
             "the checkpoint is incomplete (load the weights alone with optimizer=None, e.g. to fine-tune)"
         )
 

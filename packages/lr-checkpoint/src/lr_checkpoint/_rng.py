@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import safe_open
+from lr_config.layout import StepFiles
+from lr_config.st_format import read_header
 
 from ._errors import CheckpointError
-from ._layout import StepFiles
-from ._st_format import read_header
 
 __all__ = ["capture_rng_state", "encode_all_ranks", "restore_rng"]
 

@@ -50,13 +50,13 @@ from torch.distributed.checkpoint.state_dict_saver import async_save, save as dc
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from lr_config import FileDigest, save_json, save_training_step, to_dict
+from lr_config.layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
 
 from ._checksums import write_checksums
 from ._dcp_write import WritebackFileSystemWriter
 from ._dist import broadcast_value, collector_paused, gather_values, pause_point, run_on_main
 from ._errors import CheckpointError
 from ._gathered import write_gathered
-from ._layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
 from ._request import SaveRequest
 from ._rng import capture_rng_state, encode_all_ranks
 from ._st_writer import write_tensor_dict

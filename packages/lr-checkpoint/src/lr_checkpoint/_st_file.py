@@ -17,11 +17,11 @@ from pathlib import Path
 from safetensors import safe_open
 
 from lr_config import FileDigest
+from lr_config.st_format import TensorSpec, build_header
 
 from ._direct_io import DirectWriter
 from ._errors import CheckpointError
 from ._sha import StreamHasher
-from ._st_format import TensorSpec, build_header
 
 __all__ = ["check_readable", "write_safetensors_body"]
 

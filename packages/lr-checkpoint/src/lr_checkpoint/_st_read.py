@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from lr_config import FileDigest
 from torch.distributed.tensor import DTensor
+from lr_config.st_format import DTYPE_CODES, read_header
 
 from ._errors import CheckpointError
 from ._sha import StreamHasher
-from ._st_format import DTYPE_CODES, read_header
 
 __all__ = ["CHUNK", "memory_of", "read_into", "read_local_shards", "read_tensors"]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from lr_config import FileDigest
+from lr_config.st_format import TensorSpec
 
 from ._st_file import write_safetensors_body
-from ._st_format import TensorSpec
 from ._st_read import memory_of
 
 __all__ = ["spec_of", "write_safetensors", "write_tensor_dict"]

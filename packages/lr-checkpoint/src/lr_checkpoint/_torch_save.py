@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._st_format import byte_size, itemsize
+from lr_config.st_format import byte_size, itemsize
 
 __all__ = ["Stored", "locate", "read_stored"]
 

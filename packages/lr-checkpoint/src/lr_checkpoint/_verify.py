@@ -15,15 +15,15 @@ from pathlib import Path
 
 from lr_config import ConfigError, TrainingStep, load_train_config
 from safetensors import safe_open
+from lr_config.layout import StepFiles, resolve_step_dir
+from lr_config.st_format import read_header
 
 from ._checksums import checksum_problems
 from ._dcp_meta import read_whole_dcp_metadata
 from ._dcp_read import dcp_batches, load_dcp_batch, load_dcp_tensor
 from ._errors import CheckpointError
-from ._layout import StepFiles, resolve_step_dir
 from ._json_files import read_json_object, read_optimizer_json
 from ._resume import read_training_step
-from ._st_format import read_header
 
 __all__ = ["verify_checkpoint"]
 

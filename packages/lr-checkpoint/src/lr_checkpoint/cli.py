@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from lr_config import VERSION_FLAG, ConfigError, check_repo_id, did_you_mean, split_flags, versions_text
+from lr_config.layout import CHECKPOINTS, LAST, MODEL_WEIGHTS, PRETRAINED, StepFiles, resolve_step_dir
 
 from ._convert_check import check_convert_request
 from ._inspect import inspect_checkpoint
-from ._layout import StepFiles, resolve_step_dir
 
 __all__ = ["main"]
 
@@ -55,7 +55,7 @@ def _bool(flags: dict[str, str], name: str) -> bool:
 
 def _dir(flags: dict[str, str]) -> Path:
     if "checkpoint_dir" not in flags or not flags["checkpoint_dir"]:
-        raise ConfigError("missing the checkpoint folder: pass --checkpoint_dir=DIR (a step folder, its pretrained_model/, or checkpoints/last)")
+        raise ConfigError(f"missing the checkpoint folder: pass --checkpoint_dir=DIR (a step folder, its {PRETRAINED}/, or {CHECKPOINTS}/{LAST})")
     return Path(flags["checkpoint_dir"])
 
 
@@ -169,10 +169,10 @@ def _run_verify(flags: dict[str, str]) -> int:
     return 1 if problems else 0
 
 
-_DIR_HELP = "Step folder, its pretrained_model/, checkpoints/last or a checkpoints/ folder."
+_DIR_HELP = f"Step folder, its {PRETRAINED}/, {CHECKPOINTS}/{LAST} or a {CHECKPOINTS}/ folder."
 COMMANDS: dict[str, Command] = {
     "convert": Command(
-        "Merge DCP model shards into pretrained_model/model.safetensors (streaming).",
+        f"Merge DCP model shards into {PRETRAINED}/{MODEL_WEIGHTS} (streaming).",
         {
             "checkpoint_dir": _DIR_HELP,
             "dtype": "fp32 (default), bf16 or fp16 for floating tensors.",

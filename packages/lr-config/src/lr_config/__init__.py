@@ -41,7 +41,7 @@ from ._configs import (
     TrainConfig,
 )
 from ._env_guard import ALLOW_ENV, ALLOW_ENVS, apply_accelerate_env, check_accelerate_env, refused_accelerate_vars
-from ._errors import ConfigError, did_you_mean
+from ._errors import CheckpointError, ConfigError, did_you_mean
 from ._files import (
     ADAPTER_BASE_VERSION,
     AdapterBase,
@@ -70,7 +70,7 @@ from ._flags import all_flag_paths, format_help, parse_train_config, split_flags
 from ._policy_file import POLICY_CONFIG_VERSION, load_policy_config, policy_config_dict
 from ._launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
 from ._resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact, resume_problems
-from ._serde import from_dict, load_json, make_converter, save_json, to_dict
+from ._serde import from_dict, load_json, make_converter, read_json_object, save_json, to_dict
 from ._topology import Topology, banner_line, effective_batch, resolve_topology
 from ._validate import DEVICE_KINDS, check_repo_id, device_problem, validate
 from ._versions import VERSION_FLAG, versions_text
@@ -96,6 +96,7 @@ __all__ = [
     "ACTConfig",
     "AcceleratorConfig",
     "Checksums",
+    "CheckpointError",
     "ConfigError",
     "ContextParallelConfig",
     "DDPConfig",
@@ -142,6 +143,7 @@ __all__ = [
     "load_train_config",
     "load_policy_config",
     "load_json",
+    "read_json_object",
     "load_run_status",
     "load_training_step",
     "make_converter",

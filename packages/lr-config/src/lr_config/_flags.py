@@ -29,16 +29,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from ._configs import POLICY_TYPES, PolicyConfigBase, TrainConfig
 from ._errors import ConfigError, did_you_mean
 from ._files import load_train_config
+from .layout import CHECKPOINTS, LAST, PRETRAINED, TRAIN_CONFIG, last_train_config, run_folder_of
 from ._policy_file import load_policy_config
-from ._serde import from_dict, hints, to_dict
+from ._serde import field_names_at, fields_of, from_dict, hints, policy_classes, to_dict, unwrap_optional
 
 __all__ = ["all_flag_paths", "field_names_at", "format_help", "parse_train_config", "split_flags"]
 
@@ -58,49 +58,15 @@ def split_flags(argv: list[str]) -> dict[str, str]:
     return flags
 
 
-def _unwrap_optional(tp: Any) -> Any:
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
-
-
-def _policy_classes(tp: Any) -> list[type[PolicyConfigBase]] | None:
-    tp = _unwrap_optional(tp)
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        classes = [a for a in args if isinstance(a, type) and issubclass(a, PolicyConfigBase)]
-        if len(classes) == len(args):
-            return classes
-    return None
-
-
-def _fields_of(tp: Any) -> dict[str, Any] | None:
-    """Field name -> type for a dataclass or the policy union; None for leaves."""
-    classes = _policy_classes(tp)
-    if classes is not None:
-        merged: dict[str, Any] = {"type": str}
-        for cls in classes:
-            h = hints(cls)
-            merged.update({f.name: h[f.name] for f in dataclasses.fields(cls)})
-        return merged
-    tp = _unwrap_optional(tp)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        h = hints(tp)
-        return {f.name: h[f.name] for f in dataclasses.fields(tp)}
-    return None
-
-
 def _type_at(root: type, path: str) -> Any:
     """The annotation at a dotted path, or raise ConfigError with suggestions."""
     tp: Any = root
     walked: list[str] = []
     for part in path.split("."):
-        fields = _fields_of(tp)
+        fields = fields_of(tp)
         if fields is None:
-            if typing.get_origin(_unwrap_optional(tp)) is dict:
-                tp = typing.get_args(_unwrap_optional(tp))[1]
+            if typing.get_origin(unwrap_optional(tp)) is dict:
+                tp = typing.get_args(unwrap_optional(tp))[1]
                 walked.append(part)
                 continue
             raise ConfigError(f"--{path}: --{'.'.join(walked)} is a value, not a group of settings")
@@ -126,23 +92,12 @@ def _flag_hint(root: type, path: str, here: str) -> str:
     return did_you_mean("--" + path, candidates) or did_you_mean("--" + here, candidates)
 
 
-def field_names_at(root: type, dotted: str) -> list[str]:
-    """Names of the settings under a flag group ('' is the top level)."""
-    tp: Any = root
-    for part in [p for p in dotted.split(".") if p]:
-        fields = _fields_of(tp)
-        if fields is None or part not in fields:
-            return []
-        tp = fields[part]
-    return list(_fields_of(tp) or {})
-
-
 def all_flag_paths(root: type = TrainConfig, prefix: str = "") -> list[str]:
     """Every leaf flag path, for --help and suggestions."""
     out: list[str] = []
-    for name, tp in (_fields_of(root) or {}).items():
+    for name, tp in (fields_of(root) or {}).items():
         path = f"{prefix}{name}"
-        if _fields_of(tp) is not None:
+        if fields_of(tp) is not None:
             out.extend(all_flag_paths(tp, path + "."))
         else:
             out.append(path)
@@ -150,7 +105,7 @@ def all_flag_paths(root: type = TrainConfig, prefix: str = "") -> list[str]:
 
 
 def _is_textual(tp: Any) -> bool:
-    tp = _unwrap_optional(tp)
+    tp = unwrap_optional(tp)
     if tp in (str, Path):
         return True
     if typing.get_origin(tp) is Literal:
@@ -194,10 +149,10 @@ _NOT_A_TRAIN_CONFIG = {
 
 def _last_checkpoint(checkpoints: Path, config_path: str) -> Path:
     """`<run>/checkpoints/last`'s train_config.json, or a ConfigError: a resume continues from it."""
-    found = checkpoints / "last" / "pretrained_model" / "train_config.json"
+    found = last_train_config(checkpoints)
     if not found.exists():
         raise ConfigError(
-            f"--config_path: {config_path} has no checkpoint to resume ({checkpoints / 'last'} does not name a saved step); "
+            f"--config_path: {config_path} has no checkpoint to resume ({checkpoints / LAST} does not name a saved step); "
             f"pass one of the step folders in {checkpoints}"
         )
     return found
@@ -206,13 +161,13 @@ def _last_checkpoint(checkpoints: Path, config_path: str) -> Path:
 def _refuse_the_exported_model(path: Path, config_path: str) -> None:
     """A resume of `<run>/pretrained_model` (the folder a run prints as "model in ..."): it holds
     the final weights, not the optimizer, RNG and data position a resume needs."""
-    folder = Path(os.path.abspath(path.parent if path.name == "train_config.json" else path))
+    folder = Path(os.path.abspath(path.parent if path.name == TRAIN_CONFIG else path))
     run = folder.parent  # a step folder's pretrained_model/ is a checkpoint: its parent is in checkpoints/
-    if folder.name == "pretrained_model" and (run / "checkpoints").is_dir() and run.parent.name != "checkpoints":
+    if folder.name == PRETRAINED and (run / CHECKPOINTS).is_dir() and run.parent.name != CHECKPOINTS:
         raise ConfigError(
             f"--config_path: {config_path} is the run's exported model (its final weights, written at the end), not a "
             f"checkpoint: it has no optimizer, RNG or data position to resume; resume the run with "
-            f"--config_path={run / 'checkpoints' / 'last'}"
+            f"--config_path={run / CHECKPOINTS / LAST}"
         )
 
 
@@ -228,16 +183,16 @@ def _config_file(config_path: str, *, resume: bool = False) -> Path:
             "pass one of the checkpoint folders next to it"
         )
     if path.is_dir():
-        if Path(os.path.abspath(path)).name == "checkpoints" and not (path / "train_config.json").exists():  # `.` in there too
+        if Path(os.path.abspath(path)).name == CHECKPOINTS and not (path / TRAIN_CONFIG).exists():  # `.` in there too
             return _last_checkpoint(path, config_path)
-        if resume and (path / "checkpoints").is_dir():  # a run folder: its own train_config.json is no checkpoint
-            return _last_checkpoint(path / "checkpoints", config_path)
+        if resume and (path / CHECKPOINTS).is_dir():  # a run folder: its own train_config.json is no checkpoint
+            return _last_checkpoint(path / CHECKPOINTS, config_path)
         # a run folder, a checkpoint step folder (or `last`), or its pretrained_model/
-        inside = [path / "train_config.json", path / "pretrained_model" / "train_config.json"]
+        inside = [path / TRAIN_CONFIG, path / PRETRAINED / TRAIN_CONFIG]
         found = next((p for p in inside if p.exists()), None)
         if found is None:
             raise ConfigError(
-                f"--config_path: {config_path} is a folder without train_config.json (nor pretrained_model/train_config.json); "
+                f"--config_path: {config_path} is a folder without {TRAIN_CONFIG} (nor {PRETRAINED}/{TRAIN_CONFIG}); "
                 "pass a train_config.json or a checkpoint folder"
             )
         return found
@@ -254,7 +209,7 @@ def _load_config_file(path: Path, config_path: str) -> TrainConfig:
     except ConfigError:
         if path.name not in _NOT_A_TRAIN_CONFIG:
             raise
-    beside = path.parent / "train_config.json"
+    beside = path.parent / TRAIN_CONFIG
     instead = f"pass {beside}" if beside.exists() else "pass a train_config.json"
     raise ConfigError(f"--config_path: {config_path} is {_NOT_A_TRAIN_CONFIG[path.name]}, not a train_config.json; {instead} or a checkpoint folder")
 
@@ -321,8 +276,8 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
         _start_from_policy_path(base, flags)
     for name, raw in flags.items():
         tp = _type_at(TrainConfig, name)
-        if _fields_of(tp) is not None:
-            children = ", ".join(f"--{name}.{child}" for child in list(_fields_of(tp) or {})[:4])
+        if fields_of(tp) is not None:
+            children = ", ".join(f"--{name}.{child}" for child in list(fields_of(tp) or {})[:4])
             raise ConfigError(f"--{name}: is a group of settings, not a value; set one of its flags ({children}, ...)")
         if name in ("config_path", "policy.type"):
             continue
@@ -336,7 +291,7 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
         run = run_folder_of(config_file)
         if run is not None:
             base["output_dir"] = str(run)
-        elif config_file.parent.name == "pretrained_model":
+        elif config_file.parent.name == PRETRAINED:
             raise ConfigError(
                 f"--output_dir: the checkpoint {config_file.parent.parent} is not inside a run's checkpoints/ folder, so "
                 f"the run folder to continue is unknown (the output_dir saved in it, {base.get('output_dir')}, may be stale); "
@@ -360,22 +315,8 @@ def _follow_a_new_dataset(base: dict[str, Any], flags: dict[str, str], before: t
             base["policy"][name] = None
 
 
-def run_folder_of(config_file: Path) -> Path | None:
-    """The run folder holding the checkpoint whose train_config.json is `config_file`
-    (`<run>/checkpoints/<step or last>/pretrained_model/train_config.json`, or the run's own
-    `<run>/train_config.json` beside `checkpoints/`); None for a file elsewhere. A relative
-    path counts from the working folder (`--config_path=last` from inside `checkpoints/`);
-    links are not followed, so `last` stays a step of the same run."""
-    parents = Path(os.path.abspath(config_file)).parents
-    if len(parents) > 3 and parents[0].name == "pretrained_model" and parents[2].name == "checkpoints":
-        return parents[3]
-    if (parents[0] / "checkpoints").is_dir():
-        return parents[0]
-    return None
-
-
 def _type_name(tp: Any) -> str:
-    tp_u = _unwrap_optional(tp)
+    tp_u = unwrap_optional(tp)
     optional = tp_u is not tp
     if typing.get_origin(tp_u) is Literal:
         name = "|".join(str(a) for a in typing.get_args(tp_u))
@@ -388,7 +329,7 @@ def _type_name(tp: Any) -> str:
 
 def _leaf_docs(root: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
-    classes = _policy_classes(root)
+    classes = policy_classes(root)
     if classes is not None:
         rows.append((f"{prefix}type", "|".join(POLICY_TYPES), json.dumps("act"), "Policy type; selects the fields below."))
         seen: set[str] = set()
@@ -403,8 +344,8 @@ def _leaf_docs(root: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     for f in dataclasses.fields(root):
         path = f"{prefix}{f.name}"
         text = f.metadata.get("doc", "")
-        if _fields_of(h[f.name]) is not None:
-            rows.extend(_leaf_docs(_unwrap_optional(h[f.name]), path + "."))
+        if fields_of(h[f.name]) is not None:
+            rows.extend(_leaf_docs(unwrap_optional(h[f.name]), path + "."))
             continue
         value = getattr(default_obj, f.name)
         rows.append((path, _type_name(h[f.name]), json.dumps(to_dict_value(value)), text))

@@ -8,13 +8,13 @@ flags over it, as lerobot-train does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ._configs import PolicyConfig, PolicyConfigBase
 from ._errors import ConfigError
-from ._serde import from_dict, to_dict
+from ._serde import from_dict, read_json_object, to_dict
+from .layout import MODEL_WEIGHTS, POLICY_CONFIG
 
 __all__ = ["POLICY_CONFIG_VERSION", "load_policy_config", "policy_config_dict"]
 
@@ -29,16 +29,13 @@ def policy_config_dict(config: PolicyConfigBase) -> dict[str, Any]:
 def load_policy_config(directory: Path) -> PolicyConfigBase:
     """The policy config saved in `directory/config.json`; errors name --policy.path."""
     directory = Path(directory)
-    path = directory / "config.json"
+    path = directory / POLICY_CONFIG
     if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"--policy.path: {directory} is a file; point it at a folder with config.json and model.safetensors")
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"--policy.path: {path} is missing; point it at a folder with config.json and model.safetensors") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"--policy.path: {path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or data.pop("version", None) != POLICY_CONFIG_VERSION:
+        raise ConfigError(f"--policy.path: {directory} is a file; point it at a folder with {POLICY_CONFIG} and {MODEL_WEIGHTS}")
+    data = read_json_object(
+        path, prefix="--policy.path: ", missing=f" is missing; point it at a folder with {POLICY_CONFIG} and {MODEL_WEIGHTS}"
+    )
+    if data.pop("version", None) != POLICY_CONFIG_VERSION:
         raise ConfigError(f"--policy.path: {path} has an unsupported version; expected {POLICY_CONFIG_VERSION}")
     config: PolicyConfigBase = from_dict(PolicyConfig, data, source=str(path))  # type: ignore[arg-type]
     return config

@@ -33,6 +33,7 @@ from ._files import TrainingStep, load_training_step
 from ._flags import parse_train_config
 from ._launch import LaunchSpec, build_launch
 from ._topology import Topology
+from .layout import StepFiles
 
 __all__ = ["build_resume_launch", "resume_config", "resume_config_path", "resume_is_sample_exact", "resume_problems"]
 
@@ -41,7 +42,7 @@ _RESUME_FLAG = "--resume=true"
 
 def resume_config_path(step_dir: Path) -> Path:
     """The train_config.json a checkpoint step folder resumes from."""
-    return Path(step_dir) / "pretrained_model" / "train_config.json"
+    return StepFiles(Path(step_dir)).train_config
 
 
 def resume_config(step_dir: Path, overrides: list[str] | None = None) -> TrainConfig:
@@ -87,7 +88,7 @@ def build_resume_launch(spec: LaunchSpec, step_dir: Path, overrides: list[str] |
     (the settings, or a resume that cannot go on: `resume_problems`)."""
     cfg = resume_config(step_dir, overrides)
     full = build_launch(spec, cfg)
-    saved = load_training_step(Path(step_dir) / "training_state" / "training_step.json")
+    saved = load_training_step(StepFiles(Path(step_dir)).training_step)
     problems = resume_problems(saved.step, cfg)
     if problems:
         raise ConfigError(problems[0], problems=problems)

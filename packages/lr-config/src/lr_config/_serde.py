@@ -22,9 +22,9 @@ import types
 import typing
 from pathlib import Path
 from collections.abc import Callable, Mapping, MutableSet
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
-from ._configs import POLICY_TYPES, PolicyConfig, closed_keys
+from ._configs import POLICY_TYPES, PolicyConfig, PolicyConfigBase, closed_keys
 from ._errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
@@ -276,8 +276,6 @@ def _unknown_key(cls: type, data: Any, parent: str, key: str) -> str:
 
 
 def _known_keys_at(cls: type, flag: str) -> list[str]:
-    from ._flags import field_names_at
-
     return field_names_at(cls, flag.removeprefix("--"))
 
 
@@ -342,6 +340,25 @@ def save_json(path: Path, data: Any) -> None:
         raise
 
 
+def read_json_object(
+    path: Path, *, error: type[ConfigError] = ConfigError, prefix: str = "", missing: str = ": file not found", damaged: str = ""
+) -> dict[str, Any]:
+    """The JSON object in `path`: the one reader of lr's JSON files (contracts, checkpoint state,
+    dataset metadata, processors, publish folders). Every failure is an `error` whose message
+    starts with `prefix` and the path: `missing` follows it when the file is not there,
+    `damaged` ends the message of a file that is not JSON or not an object."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{prefix}{path}{missing}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{prefix}{path}: not valid JSON ({exc}){damaged}") from None
+    if not isinstance(data, dict):
+        raise error(f"{prefix}{path}: expected a JSON object{damaged}")
+    return data
+
+
 def load_json(
     path: Path, cls: type[T], *, current_version: int, upgrades: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None
 ) -> T:
@@ -350,14 +367,7 @@ def load_json(
     `upgrades[v]` turns a version-v object into the next version's (and sets its `version`);
     they are applied in turn up to `current_version`, then the result is checked strictly."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
+    data = read_json_object(path)
     version = data.get("version")
     while isinstance(version, int) and version != current_version and version in (upgrades or {}):
         data = (upgrades or {})[version](data)
@@ -425,3 +435,48 @@ def hints(cls: type) -> dict[str, Any]:
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
+
+
+def unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def policy_classes(tp: Any) -> list[type[PolicyConfigBase]] | None:
+    tp = unwrap_optional(tp)
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        classes = [a for a in args if isinstance(a, type) and issubclass(a, PolicyConfigBase)]
+        if len(classes) == len(args):
+            return classes
+    return None
+
+
+def fields_of(tp: Any) -> dict[str, Any] | None:
+    """Field name -> type for a dataclass or the policy union; None for leaves."""
+    classes = policy_classes(tp)
+    if classes is not None:
+        merged: dict[str, Any] = {"type": str}
+        for cls in classes:
+            h = hints(cls)
+            merged.update({f.name: h[f.name] for f in dataclasses.fields(cls)})
+        return merged
+    tp = unwrap_optional(tp)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        h = hints(tp)
+        return {f.name: h[f.name] for f in dataclasses.fields(tp)}
+    return None
+
+
+def field_names_at(root: type, dotted: str) -> list[str]:
+    """Names of the settings under a flag group ('' is the top level)."""
+    tp: Any = root
+    for part in [p for p in dotted.split(".") if p]:
+        fields = fields_of(tp)
+        if fields is None or part not in fields:
+            return []
+        tp = fields[part]
+    return list(fields_of(tp) or {})

@@ -11,12 +11,14 @@ import dataclasses
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from ._configs import TRAIN_CONFIG_VERSION, TRANSFORM_TYPES, ACTConfig, DatasetConfig, FSDPConfig, ImageTransformConfig, TrainConfig
 from ._errors import ConfigError, did_you_mean
 from ._files import load_train_config
 from ._topology import Topology, _check_degrees, resolve_topology
+from .layout import CHECKPOINTS, last_train_config
 
 __all__ = ["DEVICE_KINDS", "check_repo_id", "device_problem", "validate"]
 
@@ -213,7 +215,7 @@ def _accelerator_rules(cfg: TrainConfig) -> list[str]:
 def _run_rules(cfg: TrainConfig) -> list[str]:
     p: list[str] = []
     if cfg.resume and cfg.config_path is None:
-        p.append("--resume=true needs --config_path=<run>/checkpoints/last/pretrained_model/train_config.json")
+        p.append(f"--resume=true needs --config_path={last_train_config(Path('<run>') / CHECKPOINTS)}")
     if cfg.checkpoint_async and cfg.checkpoint_format == "safetensors":
         p.append("--checkpoint_async=true needs --checkpoint_format=dcp or safetensors_dcp (a sharded run)")
     peft = cfg.peft

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._adapters import load_adapter_policy
-    from ._data.dataset import LeRobotDataset, resolve_dataset_root
+    from ._data.dataset import LeRobotDataset
+    from ._data.locate import resolve_dataset_root
     from ._data.demo import make_demo_dataset
     from ._parallel.dist import init_distributed
     from ._plan import plan_lines
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 _HOME = {
     "load_adapter_policy": "._adapters",
     "LeRobotDataset": "._data.dataset",
-    "resolve_dataset_root": "._data.dataset",
+    "resolve_dataset_root": "._data.locate",
     "make_demo_dataset": "._data.demo",
     "init_distributed": "._parallel.dist",
     "plan_lines": "._plan",

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lr_config import AdapterBase, ConfigError, TrainConfig, load_adapter_base, load_checksums, save_adapter_base, save_json
+from lr_config import AdapterBase, ConfigError, TrainConfig, load_adapter_base, load_checksums, read_json_object, save_adapter_base, save_json
+from lr_config.layout import MODEL_DCP, MODEL_WEIGHTS, PRETRAINED
 from safetensors import safe_open
 from torch import nn
 
@@ -43,7 +44,7 @@ _LOW_PRECISION = {"BF16": "bfloat16", "F16": "float16"}
 
 def stored_low_precision(base: Path) -> str | None:
     """'bfloat16'/'float16' when the base's model.safetensors stores such weights (headers only)."""
-    path = Path(base) / "model.safetensors"
+    path = Path(base) / MODEL_WEIGHTS
     if not path.exists():
         return None
     with safe_open(str(path), framework="pt") as f:
@@ -113,16 +114,14 @@ def load_adapter_policy(directory: Path) -> nn.Module:
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
 
-    from ._policies.base import load_pretrained
+    from ._policies.registry import load_pretrained
 
     directory = Path(directory)
     config_path = directory / ADAPTER_CONFIG
-    if not config_path.exists():
-        raise ConfigError(f"{config_path}: missing; not an adapter checkpoint")
-    data = json.loads(config_path.read_text())
+    data = read_json_object(config_path, missing=": missing; not an adapter checkpoint")
     weights = directory / ADAPTER_WEIGHTS
     if not weights.exists():
-        hint = " it has only DCP shards: run lr-checkpoint convert first" if (directory / "pytorch_model_fsdp_0").exists() else ""
+        hint = " it has only DCP shards: run lr-checkpoint convert first" if (directory / MODEL_DCP).exists() else ""
         raise ConfigError(f"--policy.path: {weights} is missing;{hint}")
     base = load_pretrained(Path(data["base_model_name_or_path"]))
     known = set(LoraConfig.__dataclass_fields__)
@@ -140,10 +139,10 @@ def _recorded_sha256(weights: Path, size: int) -> str:
     a size that no longer matches)."""
     real = weights.resolve()
     sums_path = real.parent.parent / "checksums.json"
-    if real.parent.name != "pretrained_model" or not sums_path.is_file():
+    if real.parent.name != PRETRAINED or not sums_path.is_file():
         return ""
     try:
-        entry = load_checksums(sums_path).files.get(f"pretrained_model/{real.name}")
+        entry = load_checksums(sums_path).files.get(f"{PRETRAINED}/{real.name}")
     except ConfigError:
         return ""
     return entry.sha256 if entry is not None and entry.size == size else ""

@@ -29,16 +29,17 @@ from lr_checkpoint import (
     write_tensor_dict,
 )
 from lr_config import ConfigError, TrainConfig, TrainingStep, load_train_config, policy_config_dict, resume_problems, save_json, to_dict
+from lr_config.layout import ADAPTER_WEIGHTS, CHECKPOINTS, LAST, MODEL_WEIGHTS, POLICY_CONFIG, PRETRAINED, TRAIN_CONFIG, StepFiles
 
 from ._optim import apply_hyperparameters, decay_end, lr_at
 from ._parallel.dist import DistContext, barrier
 from ._processors import save_processors
+from ._run import Run, training_step_record
 from ._setup import broadcast_object, dataset_changes
 
 if TYPE_CHECKING:
     import torch
     from lr_config import AdapterBase
-    from ._train import Run
 
 SCHEDULER_STATE_VERSION = 1
 SCALER_STATE_VERSION = 2
@@ -62,12 +63,12 @@ def read_resume(cfg: TrainConfig) -> Resume:
     """Phase 1: which checkpoint, and its step, schedule and scaler state (no collectives)."""
     assert cfg.config_path is not None
     step_dir = resolve_step_dir(cfg.config_path)
-    saved = load_train_config(step_dir / "pretrained_model" / "train_config.json")
+    saved = load_train_config(StepFiles(step_dir).train_config)
     if saved.optimizer.type != cfg.optimizer.type:
         raise ConfigError(
             f"--optimizer.type: {step_dir} holds the state of a {saved.optimizer.type} optimizer, which cannot continue as "
             f"{cfg.optimizer.type}; resume with --optimizer.type={saved.optimizer.type}, or start a new run from its weights "
-            f"with --policy.path={step_dir / 'pretrained_model'}"
+            f"with --policy.path={StepFiles(step_dir).pretrained}"
         )
     return Resume(step_dir=step_dir, state=read_resume_state(step_dir), saved_config=saved)
 
@@ -124,10 +125,10 @@ def _checked_base(cfg: TrainConfig, resume: Resume | None) -> AdapterBase:
     current = base_record(cfg.policy.path)
     if resume is None:
         return current
-    saved = read_base_record(resume.step_dir / "pretrained_model")
+    saved = read_base_record(StepFiles(resume.step_dir).pretrained)
     if saved is None:
         print(
-            f"warning: {resume.step_dir / 'pretrained_model'} has no {ADAPTER_BASE} (saved by an older lr): cannot check that "
+            f"warning: {StepFiles(resume.step_dir).pretrained} has no {ADAPTER_BASE} (saved by an older lr): cannot check that "
             f"the base at {cfg.policy.path} is the one its adapters were trained on",
             flush=True,
         )
@@ -149,7 +150,7 @@ def scaler_state(run: Run) -> dict[str, Any] | None:
 
 
 def _load_scaler(run: Run, resume: Resume) -> None:
-    path = resume.step_dir / "training_state" / "scaler_state.json"
+    path = StepFiles(resume.step_dir).scaler
     state = dict(resume.state.scaler_state or {})
     version = state.pop("version", 1)
     skipped = state.pop("skipped_updates", 0) if version == SCALER_STATE_VERSION else 0
@@ -168,7 +169,7 @@ def load_state(run: Run, resume: Resume) -> None:
     apply_hyperparameters(run.optimizer, run.cfg.optimizer)  # the loaded groups hold the saved values
     sched = resume.state.scheduler_state
     if sched.get("version") != SCHEDULER_STATE_VERSION:
-        raise ConfigError(f"{resume.step_dir / 'training_state' / 'scheduler_state.json'}: unsupported version {sched.get('version')!r}")
+        raise ConfigError(f"{StepFiles(resume.step_dir).scheduler}: unsupported version {sched.get('version')!r}")
     _load_scaler(run, resume)
 
 
@@ -216,8 +217,6 @@ def schedule_warning(old: TrainConfig, new: TrainConfig, step: int) -> str | Non
 
 
 def warn_changed_settings(run: Run, resume: Resume) -> None:
-    from ._train import training_step_record
-
     changes = changed_settings(resume.training_step, training_step_record(run, run.start_step), resume.saved_config, run.cfg)
     if changes and run.ctx.is_main:
         if run.data.exact_position:
@@ -240,7 +239,7 @@ def _write_pretrained_extras(run: Run, base_record: bool = True) -> Any:
     the adapter config and, unless `base_record=False` (a publish folder: the record is for
     resuming here), adapter_base.json."""
     def write(directory: Path) -> None:
-        save_json(directory / "config.json", policy_config_dict(run.cfg.policy))
+        save_json(directory / POLICY_CONFIG, policy_config_dict(run.cfg.policy))
         save_processors(directory, run.data.pre, run.data.post)
         if run.cfg.peft.method_type is not None:
             from ._adapters import write_adapter_config, write_base_record
@@ -275,7 +274,7 @@ def save(run: Run, step: int, training_step: TrainingStep) -> Path:
     )
     finish_pending(run)  # the previous background save, committed first (save_checkpoint would wait too)
     try:
-        path = save_checkpoint(run.output_dir / "checkpoints", step, request)
+        path = save_checkpoint(run.output_dir / CHECKPOINTS, step, request)
     except BaseException as exc:
         _report_failure(run, f"step {step}", exc)
         raise
@@ -289,9 +288,9 @@ def save(run: Run, step: int, training_step: TrainingStep) -> Path:
 
 def _report_failure(run: Run, what: str, exc: BaseException) -> None:
     if run.ctx.is_main:
-        last = run.output_dir / "checkpoints" / "last"
+        last = run.output_dir / CHECKPOINTS / LAST
         kept = f"last still -> {os.readlink(last)}" if last.is_symlink() else "no earlier checkpoint"
-        print(f"checkpoint failed: {run.output_dir / 'checkpoints'} {what}: {type(exc).__name__}: {exc}; {kept}", flush=True)
+        print(f"checkpoint failed: {run.output_dir / CHECKPOINTS} {what}: {type(exc).__name__}: {exc}; {kept}", flush=True)
 
 
 def finish_pending(run: Run) -> None:
@@ -319,20 +318,20 @@ def write_final_model(run: Run) -> dict[str, torch.Tensor]:
     gathered = gather_model_state_dict(run.model)
     state = gathered
     if run.ctx.is_main:
-        final = run.output_dir / "pretrained_model"
-        tmp = run.output_dir / f".pretrained_model.tmp-{secrets.token_hex(4)}"
+        final = run.output_dir / PRETRAINED
+        tmp = run.output_dir / f".{PRETRAINED}.tmp-{secrets.token_hex(4)}"
         tmp.mkdir()  # not mkdtemp: its 0700 would stay on pretrained_model/ (a plain mkdir gets the umask's mode)
-        name = "model.safetensors"
+        name = MODEL_WEIGHTS
         if run.cfg.peft.method_type is not None:
             keep = trainable_names(run)
             state = {k: v for k, v in state.items() if k in keep}
             if not state:  # never write an empty adapter that claims to be the trained model
                 raise RuntimeError(f"no trainable tensor of {sorted(keep)[:3]}... found in the gathered state dict")
-            name = "adapter_model.safetensors"
+            name = ADAPTER_WEIGHTS
         write_tensor_dict(tmp / name, state)
         _write_pretrained_extras(run)(tmp)
-        save_json(tmp / "train_config.json", to_dict(run.cfg))
-        old = run.output_dir / ".pretrained_model.old"
+        save_json(tmp / TRAIN_CONFIG, to_dict(run.cfg))
+        old = run.output_dir / f".{PRETRAINED}.old"
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
@@ -350,8 +349,6 @@ def publish(run: Run, step: int, state: dict[str, torch.Tensor]) -> None:
 
     cfg = run.cfg
     assert cfg.policy.repo_id is not None
-    from ._train import training_step_record
-
     url = publish_trained_model(
         run.model,
         state_dict=state,

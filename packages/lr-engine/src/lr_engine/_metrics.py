@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from lr_config import MetricsRecord, TrainConfig, to_dict
+from lr_config.layout import METRICS
 
 
 def _kept_line(line: str, step: int) -> bool:
@@ -148,7 +149,7 @@ class MetricsSink:
     """Main-rank writer of metrics.jsonl, the console and trackio."""
 
     def __init__(self, cfg: TrainConfig, output_dir: Path, total_steps: int, start_step: int) -> None:
-        self.path = output_dir / "metrics.jsonl"
+        self.path = output_dir / METRICS
         self.total = total_steps
         self.progress: Any = None
         self.task: Any = None

@@ -22,7 +22,7 @@ from ._data.dataset import demo_meta_without_files, load_meta
 from ._data.locate import meta_root
 from ._parallel.dist import requested_device
 from ._parallel.wrap import WrapPlan, plan_wrap
-from ._policies.base import make_policy
+from ._policies.registry import make_policy
 from ._setup import policy_type
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lr_config import ConfigError, FeatureSpec
+from lr_config import ConfigError, FeatureSpec, read_json_object
 from lr_checkpoint import write_tensor_dict
 from safetensors.torch import load_file
 
@@ -105,12 +105,7 @@ class Normalizer:
     @classmethod
     def load(cls, directory: Path, name: str) -> Normalizer:
         path = directory / f"{name}.json"
-        try:
-            desc = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: missing processor description") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+        desc = read_json_object(path, missing=": missing processor description")
         if desc.get("version") != PROCESSOR_VERSION or len(desc.get("steps", [])) != 1:
             raise ConfigError(f"{path}: unsupported processor version {desc.get('version')!r}")
         step = desc["steps"][0]

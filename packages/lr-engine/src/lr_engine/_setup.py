@@ -36,6 +36,7 @@ from lr_config import (
     holds_a_run,
     load_policy_config,
 )
+from lr_config.layout import CHECKPOINTS, LAST, RUN_STATUS, TRAIN_CONFIG, last_train_config
 from torch import nn
 
 from ._data.dataset import LeRobotDataset
@@ -43,7 +44,8 @@ from ._data.locate import locate_dataset
 from ._data.sampler import DataPosition, GlobalOrderBatchSampler, resume_position
 from ._parallel.dist import DistContext
 from ._parallel.wrap import WrapPlan, apply_ddp, apply_fsdp, plan_wrap
-from ._policies.base import Policy, load_weights, make_policy
+from ._policies.base import Policy
+from ._policies.registry import load_weights, make_policy
 from ._processors import Normalizer, make_processors
 
 
@@ -85,7 +87,7 @@ def resume_target_problem(out: Path, step_dir: Path) -> str:
     them, `last`'s among them."""
     if not holds_a_run(out):
         return ""
-    checkpoints = out / "checkpoints"
+    checkpoints = out / CHECKPOINTS
     if step_dir.parent != checkpoints.resolve():
         return (
             f"--output_dir: {out} already holds another run (the checkpoint {step_dir} is not one of its checkpoints); "
@@ -95,11 +97,11 @@ def resume_target_problem(out: Path, step_dir: Path) -> str:
     later = [p.name for p in list_step_dirs(checkpoints) if int(p.name) > int(step_dir.name)]
     # with `last` on step_dir, a later folder is what a save interrupted before moving `last`
     # left (never committed): the resumed run replaces it, as that save would have
-    if later and (checkpoints / "last").resolve() != step_dir:
+    if later and (checkpoints / LAST).resolve() != step_dir:
         return (
             f"--config_path: resuming {step_dir.name} of {out}, which has later checkpoints ({', '.join(later)}) that the "
             "resumed run would replace as it reaches them; resume into a new --output_dir, or resume the latest with "
-            f"--config_path={checkpoints / 'last'}"
+            f"--config_path={checkpoints / LAST}"
         )
     return ""
 
@@ -114,10 +116,10 @@ def prepare_output(cfg: TrainConfig, ctx: DistContext, resume_step_dir: Path | N
         out = cfg.output_dir or default_output_dir(cfg)
         problem = unusable_output(out)
         if not problem and not cfg.resume and holds_a_run(out):
-            what = "a run" if any((out / name).exists() for name in ("train_config.json", "checkpoints", "run.json")) else "files"
+            what = "a run" if any((out / name).exists() for name in (TRAIN_CONFIG, CHECKPOINTS, RUN_STATUS)) else "files"
             problem = (
                 f"--output_dir: {out} already holds {what}; choose another --output_dir, or continue that run with "
-                f"--resume=true --config_path={out}/checkpoints/last/pretrained_model/train_config.json"
+                f"--resume=true --config_path={last_train_config(out / CHECKPOINTS)}"
             )
         if not problem and resume_step_dir is not None:
             problem = resume_target_problem(out, resume_step_dir)

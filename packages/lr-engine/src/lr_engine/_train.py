@@ -20,21 +20,21 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from lr_config import (
     MetricsRecord,
     RunStatus,
     TrainConfig,
-    TrainingStep,
     banner_line,
     save_json,
     save_run_status,
     to_dict,
 )
+from lr_config.layout import CHECKPOINTS, LAST, METRICS, PRETRAINED, RUN_STATUS, TRAIN_CONFIG
 from torch import nn
 
 from . import _checkpointing as checkpointing
@@ -44,10 +44,10 @@ from ._launcher import LAUNCH_COMMAND_ENV
 from ._metrics import MetricsSink, MetricsWindow, keep_records_through
 from ._optim import clip_and_norm, lr_at, make_optimizer, set_lr
 from ._parallel.dist import DistContext
-from ._parallel.precision import autocast_for, effective_dtypes, make_scaler
-from ._parallel.wrap import WrapPlan, sync_ignored_grads
+from ._parallel.precision import autocast_for, make_scaler
+from ._parallel.wrap import sync_ignored_grads
+from ._run import Run, training_step_record
 from ._setup import (
-    Data,
     build_data,
     build_policy,
     new_run_id,
@@ -56,47 +56,6 @@ from ._setup import (
     resolve_features,
     seed_everything,
 )
-
-if TYPE_CHECKING:
-    from lr_config import AdapterBase
-
-
-@dataclass
-class Run:
-    cfg: TrainConfig
-    ctx: DistContext
-    data: Data
-    policy: nn.Module
-    model: nn.Module
-    plan: WrapPlan | None
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler | None
-    run_id: str
-    start_step: int = 0
-    start_samples: int = 0
-    """Samples consumed before start_step (a resumed checkpoint's samples_seen)."""
-    current_step: int = 0
-    updates: int = 0
-    skipped_updates: int = 0
-    stopped: bool = False
-    grad_norm: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
-    status: RunStatus = field(default_factory=RunStatus)
-    base_record: AdapterBase | None = None
-    """LoRA: the base the adapters train on (recorded in each adapter folder)."""
-    resumed_into_own_folder: bool = False
-
-    @property
-    def output_dir(self) -> Path:
-        assert self.cfg.output_dir is not None
-        return self.cfg.output_dir
-
-    @property
-    def samples_per_step(self) -> int:
-        return self.cfg.batch_size * self.ctx.topology.dp_world_size
-
-    def samples_at(self, step: int) -> int:
-        """Samples consumed by the end of loop step `step`, over every resume (whose global batches may differ)."""
-        return self.start_samples + (step - self.start_step) * self.samples_per_step
 
 
 def log(ctx: DistContext, message: str) -> None:
@@ -116,7 +75,7 @@ def _next_status(run: Run, status: str, step: int, error: str | None = None) -> 
 def write_status(run: Run, status: str, step: int, error: str | None = None) -> None:
     if not run.ctx.is_main:
         return
-    save_run_status(run.output_dir / "run.json", _next_status(run, status, step, error))
+    save_run_status(run.output_dir / RUN_STATUS, _next_status(run, status, step, error))
 
 
 def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
@@ -153,17 +112,17 @@ def start_files(run: Run) -> None:
     if not run.ctx.is_main:
         return
     if run.resumed_into_own_folder:
-        for path in [run.output_dir / "metrics.jsonl", *sorted(run.output_dir.glob("metrics_rank*.jsonl"))]:
+        for path in [run.output_dir / METRICS, *sorted(run.output_dir.glob("metrics_rank*.jsonl"))]:
             if keep_records_through(path, run.start_step):
                 log(run.ctx, f"{path}: records after step {run.start_step} dropped (that step is where training resumes)")
     run.output_dir.mkdir(parents=True, exist_ok=True)
-    save_json(run.output_dir / "train_config.json", to_dict(run.cfg))
+    save_json(run.output_dir / TRAIN_CONFIG, to_dict(run.cfg))
     run.status = RunStatus(
         status="running", pid=os.getpid(), hostname=socket.gethostname(), started=_now(), updated=_now(),
         output_dir=str(run.output_dir.resolve()), job_name=run.cfg.job_name or "", step=run.start_step,
         steps=run.cfg.steps, world_size=run.ctx.world_size,
     )
-    save_run_status(run.output_dir / "run.json", run.status)
+    save_run_status(run.output_dir / RUN_STATUS, run.status)
 
 
 def banner(run: Run) -> None:
@@ -292,30 +251,8 @@ def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: in
         with open(run.output_dir / f"metrics_rank{run.ctx.rank}.jsonl", "a") as f:
             f.write(json.dumps({"step": step, "loss": reduced["local_loss"]}) + "\n")
     if sink is not None:  # the main rank: run.json follows the metrics line, in the sink's background thread
-        sink.write(record, then=functools.partial(save_run_status, run.output_dir / "run.json", _next_status(run, "running", step)))
+        sink.write(record, then=functools.partial(save_run_status, run.output_dir / RUN_STATUS, _next_status(run, "running", step)))
     return MetricsWindow(device=run.ctx.device, started=window.ended)
-
-
-def training_step_record(run: Run, step: int) -> TrainingStep:
-    cfg = run.cfg
-    position = run.data.sampler.position_after(step - run.start_step)
-    return TrainingStep(
-        step=step,
-        optimizer_updates=run.updates,
-        epoch=position.epoch,
-        epoch_offset=position.step_in_epoch * run.data.sampler.global_batch,
-        samples_seen=run.samples_at(step),
-        dp_world_size=run.ctx.topology.dp_world_size,
-        batch_size=cfg.batch_size,
-        grad_accum=cfg.grad_accum_steps,
-        precision=cfg.accelerator.mixed_precision,
-        checkpoint_format=cfg.checkpoint_format,
-        peft=cfg.peft.method_type is not None,
-        seed=cfg.seed,
-        run_id=run.run_id,
-        topology=run.ctx.topology,
-        **effective_dtypes(cfg, run.ctx.topology.sharded),
-    )
 
 
 def completes_save_boundary(step: int, k: int, save_freq: int) -> bool:
@@ -456,7 +393,7 @@ def resume_hint(run: Run, step: int) -> str:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", run.ctx.world_size))
         nodes = run.ctx.world_size // max(local, 1)
         launcher = f"torchrun --nproc-per-node={local} -m lr_engine.cli train" if nodes == 1 else "<the same launcher on each node> lr-engine train"
-    command = f"{launcher} --resume=true --config_path={run.output_dir / 'checkpoints' / 'last'}"
+    command = f"{launcher} --resume=true --config_path={run.output_dir / CHECKPOINTS / LAST}"
     if run.stopped:
         return f"resume with: {command}"
     return f"train longer with: {command} --steps={2 * run.cfg.steps}   (any --steps above {step})"
@@ -477,8 +414,8 @@ def train(cfg: TrainConfig, ctx: DistContext) -> TrainResult:
         write_status(run, "failed", run.current_step, error=f"{type(exc).__name__}: {exc}")
         raise
     write_status(run, "stopped" if run.stopped else "finished", last)
-    saved = f"checkpoints in {run.output_dir / 'checkpoints'}" if cfg.save_checkpoint else "no checkpoints (--save_checkpoint=false)"
-    log(ctx, f"done: {saved}, metrics in {run.output_dir / 'metrics.jsonl'}, model in {run.output_dir / 'pretrained_model'}")
+    saved = f"checkpoints in {run.output_dir / CHECKPOINTS}" if cfg.save_checkpoint else "no checkpoints (--save_checkpoint=false)"
+    log(ctx, f"done: {saved}, metrics in {run.output_dir / METRICS}, model in {run.output_dir / PRETRAINED}")
     if cfg.save_checkpoint:
         log(ctx, resume_hint(run, last))
     if checkpointing.pushes(cfg):  # last: a push that fails leaves the run finished and ends with the retry command

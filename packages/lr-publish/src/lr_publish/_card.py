@@ -14,12 +14,11 @@ Nothing secret is read or written here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCardData
-from lr_config import ConfigError, TrainConfig, TrainingStep, banner_line, check_repo_id
+from lr_config import ConfigError, TrainConfig, TrainingStep, banner_line, check_repo_id, read_json_object
 
 __all__ = ["model_card"]
 
@@ -98,10 +97,9 @@ def _read_info(root: Path | None) -> dict[str, Any] | None:
     if root is None:
         return None
     try:
-        data = json.loads((Path(root) / "meta" / "info.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        return read_json_object(Path(root) / "meta" / "info.json")
+    except ConfigError:  # the card is written without the dataset's details
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _dataset_section(cfg: TrainConfig) -> str:

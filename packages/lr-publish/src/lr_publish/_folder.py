@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import hashlib
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -31,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, get_token
-from lr_config import FileDigest, TrainingStep, load_checksums, load_train_config
+from lr_config import FileDigest, TrainingStep, load_checksums, load_train_config, read_json_object
+from lr_config.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MODEL_WEIGHTS, POLICY_CONFIG, PRETRAINED, TRAINING_STATE, TRAIN_CONFIG
 from safetensors import safe_open
 from zlib_ng.zlib_ng import crc32
 
@@ -55,7 +55,7 @@ _PUBLISHED_NAMES = frozenset({
     "adapter_config.json", "policy_preprocessor.json", "policy_postprocessor.json",
 })
 _PUBLISHED_PATTERNS = ("*_step_*.safetensors",)
-_NEVER_UPLOADED = ("pytorch_model_fsdp_*", "optimizer_*", "training_state", "*.distcp", ".metadata")
+_NEVER_UPLOADED = ("pytorch_model_fsdp_*", "optimizer_*", TRAINING_STATE, "*.distcp", ".metadata")
 _SCAN_CHUNK = 1 << 20
 
 
@@ -71,12 +71,12 @@ def is_published_name(name: str) -> bool:
 
 def weights_kind(model_dir: Path) -> str:
     """'adapter' (LoRA files) or 'full' (model.safetensors); PublishError when neither is there."""
-    if (model_dir / "adapter_model.safetensors").is_file() and (model_dir / "adapter_config.json").is_file():
+    if (model_dir / ADAPTER_WEIGHTS).is_file() and (model_dir / ADAPTER_CONFIG).is_file():
         return "adapter"
-    if (model_dir / "model.safetensors").is_file():
+    if (model_dir / MODEL_WEIGHTS).is_file():
         return "full"
     if any(model_dir.glob("pytorch_model_fsdp_*")):
-        step_dir = model_dir.parent if model_dir.name == "pretrained_model" else model_dir
+        step_dir = model_dir.parent if model_dir.name == PRETRAINED else model_dir
         raise PublishError(
             f"{model_dir} holds only DCP shards, which are never uploaded: run "
             f"`lr-checkpoint convert {step_dir}` first to write model.safetensors, then publish again"
@@ -202,22 +202,14 @@ def _link_error(path: Path) -> PublishError:
 
 def write_card(folder: Path, repo_id: str, training_step: TrainingStep) -> None:
     """README.md from the folder's train_config.json (and adapter_config.json for LoRA)."""
-    train_config = load_train_config(folder / "train_config.json")
-    adapter = _read_object(folder / "adapter_config.json") if (folder / "adapter_config.json").exists() else None
+    train_config = load_train_config(folder / TRAIN_CONFIG)
+    adapter = _read_object(folder / ADAPTER_CONFIG) if (folder / ADAPTER_CONFIG).exists() else None
     text = model_card(repo_id, train_config=train_config, training_step=training_step, adapter_config=adapter)
     (folder / "README.md").write_text(text, encoding="utf-8")
 
 
 def _read_object(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PublishError(f"{path} is missing; every publish folder needs it") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PublishError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise PublishError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path, error=PublishError, missing=" is missing; every publish folder needs it")
 
 
 def check_publish_folder(folder: Path, *, token: str | None = None) -> None:
@@ -226,7 +218,7 @@ def check_publish_folder(folder: Path, *, token: str | None = None) -> None:
     if not folder.is_dir():
         raise PublishError(f"--folder={folder}: not a folder")
     _check_nothing_private(folder)
-    _read_object(folder / "config.json")
+    _read_object(folder / POLICY_CONFIG)
     weights_kind(folder)
     for path in sorted(folder.rglob("*.safetensors")):
         _check_safetensors(path)

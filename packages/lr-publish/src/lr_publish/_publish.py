@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from lr_config import TrainingStep
+from lr_config.layout import CHECKPOINTS, StepFiles
 
 from ._folder import (
     check_publish_folder,
@@ -42,7 +43,7 @@ def build_publish_folder_from_checkpoint(step_dir: Path, folder: Path, *, repo_i
     adapter; DCP shards and training_state/ are never copied.
     """
     step, training_step = _step_and_training_step(step_dir)
-    model_dir = step / "pretrained_model"
+    model_dir = StepFiles(step).pretrained
     weights_kind(model_dir)
     with staged_folder(Path(folder), token=token, source=model_dir) as tmp:
         copy_checkpoint_files(model_dir, tmp)
@@ -54,7 +55,7 @@ def checkpoint_publish_folder(step: Path, repo_id: str, step_number: int) -> Pat
     """Where a checkpoint's publish folder goes by default: `<run>/publish/<name>-<step>` for a step
     folder in a run's checkpoints/ (beside checkpoints/), else `publish/<name>-<step>` beside the
     step folder itself (`/data/publish/...` for `/data/000300`, never `/publish`)."""
-    base = step.parent.parent if step.parent.name == "checkpoints" else step.parent
+    base = step.parent.parent if step.parent.name == CHECKPOINTS else step.parent
     return default_publish_folder(base, repo_id, step_number)
 
 

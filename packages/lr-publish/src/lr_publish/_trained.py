@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lr_config import TrainConfig, TrainingStep, check_repo_id, save_json, to_dict
+from lr_config.layout import TRAIN_CONFIG
 
 from ._folder import staged_folder, write_card
 from ._hub import check_publish_settings
@@ -57,7 +58,7 @@ def _write_folder(
     with staged_folder(folder, token=token, flag="--output_dir") as tmp:  # the engine's folder is under it
         write_weights(model, state_dict, tmp, base_model=base)
         write_pretrained(tmp)
-        save_json(tmp / "train_config.json", to_dict(train_config))
+        save_json(tmp / TRAIN_CONFIG, to_dict(train_config))
         write_card(tmp, repo_id, training_step)
 
 

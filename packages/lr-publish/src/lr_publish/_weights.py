@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from lr_checkpoint import write_tensor_dict
+from lr_config.layout import ADAPTER_WEIGHTS, MODEL_WEIGHTS
 
 __all__ = ["write_weights"]
 
@@ -35,13 +36,13 @@ def write_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], f
     inner = _unwrap(model)
     peft_config: dict[str, Any] | None = getattr(inner, "peft_config", None)
     if peft_config is None:
-        write_tensor_dict(folder / "model.safetensors", _tensors(state_dict), metadata={"format": "pt"})
+        write_tensor_dict(folder / MODEL_WEIGHTS, _tensors(state_dict), metadata={"format": "pt"})
         return "full"
     from peft import get_peft_model_state_dict
 
     adapter_name = getattr(inner, "active_adapter", "default")
     adapter = get_peft_model_state_dict(inner, state_dict=state_dict, adapter_name=adapter_name)
-    write_tensor_dict(folder / "adapter_model.safetensors", _tensors(adapter), metadata={"format": "pt"})
+    write_tensor_dict(folder / ADAPTER_WEIGHTS, _tensors(adapter), metadata={"format": "pt"})
     config = copy.deepcopy(peft_config[adapter_name])
     config.base_model_name_or_path = base_model
     config.inference_mode = True

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from lr_config import VERSION_FLAG, ConfigError, did_you_mean, split_flags, versions_text
+from lr_config.layout import CHECKPOINTS, LAST, PRETRAINED
 
 from ._errors import PublishError
 from ._publish import publish_checkpoint, publish_folder
@@ -27,7 +28,7 @@ from ._publish import publish_checkpoint, publish_folder
 __all__ = ["main"]
 
 FLAGS = {
-    "checkpoint_dir": "A checkpoint: step folder, its pretrained_model/, checkpoints/last, or the run folder.",
+    "checkpoint_dir": f"A checkpoint: step folder, its {PRETRAINED}/, {CHECKPOINTS}/{LAST}, or the run folder.",
     "repo_id": "Hub repo to push to: user/name.",
     "private": "true publishes to a private repo: a new repo is created private; an existing public repo is "
                "refused before any upload (its visibility is never changed: make it private on the Hub first).",

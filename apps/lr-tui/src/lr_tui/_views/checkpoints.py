@@ -22,6 +22,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from lr_config import ConfigError, check_repo_id
+from lr_config.layout import CHECKPOINTS
 
 from .._checkpoint_scan import CheckpointDetails, CheckpointRow, checkpoint_details, scan_checkpoints
 from .._cli_tasks import CONVERT_DTYPES, convert_argv, publish_argv, run_streaming, shown_command, verify_argv
@@ -132,7 +133,7 @@ class CheckpointsView(Vertical):
                 key=row.name,
             )
         count = f"{len(rows)} checkpoint{'s' if len(rows) != 1 else ''}"
-        self.query_one("#ckpt-title", Static).update(f"{self.run_dir / 'checkpoints'}: {count}")
+        self.query_one("#ckpt-title", Static).update(f"{self.run_dir / CHECKPOINTS}: {count}")
         last = next((row.name for row in rows if row.is_last), None)
         if self._select_last and rows:
             self._select_last = False

@@ -48,6 +48,7 @@ from lr_config import (
     save_json,
     to_dict,
 )
+from lr_config.layout import StepFiles
 
 from .._cli_tasks import plan_argv, run_streaming, start_training
 from .._clipboard import copy_text
@@ -82,11 +83,11 @@ def slurm_script_name(cfg: TrainConfig) -> str:
     (never written over): `train.resume-<step>.slurm`, named for the checkpoint it resumes."""
     if not cfg.resume or cfg.config_path is None:
         return SLURM_SCRIPT
-    step_dir = Path(cfg.config_path).parent.parent  # <step>/pretrained_model/train_config.json
+    files = StepFiles.of_train_config(Path(cfg.config_path))
     try:
-        step = f"{load_training_step(step_dir / 'training_state' / 'training_step.json').step:06d}"
+        step = f"{load_training_step(files.training_step).step:06d}"
     except ConfigError:  # the plan refused such a checkpoint already; a name all the same
-        step = step_dir.resolve().name
+        step = files.root.resolve().name
     return f"train.resume-{step}.slurm"
 
 

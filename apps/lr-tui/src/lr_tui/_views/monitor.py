@@ -39,6 +39,7 @@ from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from lr_config import ConfigError, LaunchSpec, MetricsRecord
+from lr_config.layout import METRICS
 
 from .._checkpoint_scan import read_training_step
 from .._cli_tasks import start_training
@@ -199,7 +200,7 @@ class MonitorView(Vertical):
     @work(thread=True, exclusive=True, group="tail")
     def _watch(self, run_dir: Path) -> None:
         worker = get_current_worker()
-        tail = MetricsTail(run_dir / "metrics.jsonl")
+        tail = MetricsTail(run_dir / METRICS)
         log = LogWatch(run_dir)
         wake = threading.Event()
         last: tuple[dict[Path, RunState], tuple[Path, str] | None] = ({}, None)

@@ -26,7 +26,6 @@ a sample alike. Where the folder comes from (local, demo, Hub): `locate.py`.
 from __future__ import annotations
 
 import io
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +35,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from lr_config import FeatureSpec, ImageTransformsConfig
+from lr_config import FeatureSpec, ImageTransformsConfig, read_json_object
 
 from .arrow import MappedColumns, mapped_table
 from .demo import demo_features, demo_root
 from .errors import DatasetError
-from .locate import resolve_dataset_root
 
-__all__ = ["BOOKKEEPING", "DatasetError", "DatasetMeta", "LeRobotDataset", "data_files", "load_meta", "resolve_dataset_root"]
+__all__ = ["BOOKKEEPING", "DatasetError", "DatasetMeta", "LeRobotDataset", "data_files", "load_meta"]
 
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
@@ -90,15 +88,7 @@ class DatasetMeta:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: missing; not a LeRobot v3 dataset") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise DatasetError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path, error=DatasetError, missing=": missing; not a LeRobot v3 dataset")
 
 
 def load_meta(root: Path) -> DatasetMeta:

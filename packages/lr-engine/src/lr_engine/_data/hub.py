@@ -67,7 +67,6 @@ cannot be written, a file that stays corrupt.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -106,6 +105,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
 from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
+from lr_config import read_json_object
 
 from .errors import DatasetError
 
@@ -647,12 +647,7 @@ def _template(info: dict[str, Any], key: str, snapshot: Path) -> str:
 
 def _read_info(snapshot: Path, repo_id: str, commit: str) -> dict[str, Any]:
     path = snapshot / "meta" / "info.json"
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: not readable JSON ({type(exc).__name__}) in dataset {repo_id!r} at {commit}") from None
-    if not isinstance(info, dict):
-        raise DatasetError(f"{path}: expected a JSON object in dataset {repo_id!r} at {commit}")
+    info = read_json_object(path, error=DatasetError, damaged=f" in dataset {repo_id!r} at {commit}")
     version = str(info.get("codebase_version", ""))
     if not version.startswith("v3"):
         raise DatasetError(

@@ -24,6 +24,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from lr_config import ConfigError, Topology, TrainConfig, device_problem, load_training_step, resume_problems, validate
+from lr_config.layout import StepFiles
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 DEFAULT_TIMEOUT_S = 300
@@ -147,7 +148,7 @@ def _resume_step_problems(cfg: TrainConfig) -> list[str]:
     none when that cannot be read yet (the resume itself then says why)."""
     if not cfg.resume or cfg.config_path is None:
         return []
-    step_file = Path(cfg.config_path).parent.parent / "training_state" / "training_step.json"
+    step_file = StepFiles.of_train_config(Path(cfg.config_path)).training_step
     try:
         return resume_problems(load_training_step(step_file).step, cfg)
     except ConfigError:

@@ -1,4 +1,5 @@
-"""The policy protocol, the registry and safetensors-only save/load.
+"""The policy protocol and the loss every policy shares; the registry and save/load live in
+`registry.py` (which imports the policies, so that none of them imports upward).
 
 A policy is an `nn.Module` built from its lr-config dataclass and the dataset's features:
 - `forward(batch) -> (loss, info)`: `info` holds detached scalar tensors (no host sync);
@@ -18,14 +19,10 @@ travel only as safetensors: nothing is unpickled.
 from __future__ import annotations
 
 from collections import deque
-from pathlib import Path
 from typing import ClassVar
 
 import torch
-from lr_checkpoint import write_tensor_dict
-from lr_config import ConfigError, PolicyConfigBase, load_policy_config, policy_config_dict, save_json
-from safetensors import SafetensorError
-from safetensors.torch import load_file
+from lr_config import ConfigError, PolicyConfigBase
 from torch import nn
 
 
@@ -77,71 +74,3 @@ def masked_l1(pred: torch.Tensor, target: torch.Tensor, is_pad: torch.Tensor | N
     keep = (~is_pad).unsqueeze(-1).to(err.dtype)
     per_sample = (err * keep).sum(dim=(1, 2)) / (keep.sum(dim=(1, 2)) * err.shape[-1]).clamp_min(1.0)
     return per_sample.mean()
-
-
-def registry() -> dict[str, type[Policy]]:
-    from .act import ACTPolicy
-    from .mlp import MLPPolicy
-
-    return {"act": ACTPolicy, "mlp": MLPPolicy}
-
-
-def policy_class(type_name: str) -> type[Policy]:
-    classes = registry()
-    if type_name not in classes:
-        raise ConfigError(f"--policy.type: unknown policy type {type_name!r}; known: {', '.join(classes)}")
-    return classes[type_name]
-
-
-def make_policy(config: PolicyConfigBase) -> Policy:
-    return policy_class(config.type_name)(config)
-
-
-def save_pretrained(policy: nn.Module, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
-    """config.json + model.safetensors, on every rank (see the module docstring): the state is
-    gathered here unless `state_dict` (the main rank's full one, gathered before) is given."""
-    import torch.distributed as dist
-    from lr_checkpoint import gather_model_state_dict
-
-    inner = policy.module if isinstance(policy, nn.parallel.DistributedDataParallel) else policy
-    assert isinstance(inner, Policy), f"save_pretrained takes a policy, got {type(inner).__name__}"
-    state = state_dict if state_dict is not None else gather_model_state_dict(policy)
-    distributed = dist.is_available() and dist.is_initialized()
-    if not distributed or dist.get_rank() == 0:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        save_json(directory / "config.json", policy_config_dict(inner.config))
-        write_tensor_dict(directory / "model.safetensors", state)
-    if distributed:
-        dist.barrier()
-
-
-def load_weights(policy: nn.Module, directory: Path) -> None:
-    path = Path(directory) / "model.safetensors"
-    if not path.exists():
-        dcp = Path(directory) / "pytorch_model_fsdp_0"
-        hint = f"; it has only DCP shards: run lr-checkpoint convert {directory}" if dcp.exists() else ""
-        raise ConfigError(f"--policy.path: {path} is missing{hint}")
-    try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError) as exc:
-        raise ConfigError(f"--policy.path: {path} is not a readable safetensors file ({exc})") from None
-    try:
-        missing, unexpected = policy.load_state_dict(state, strict=False)
-    except RuntimeError as exc:  # a tensor of another shape: an architecture setting differs from the saved one
-        sizes = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line][:3]
-        raise ConfigError(
-            f"--policy.path: {path} does not fit the policy these settings build ({'; '.join(sizes) or exc}); "
-            f"architecture settings (sizes, layers, heads) cannot change when fine-tuning: keep those of {Path(directory) / 'config.json'}"
-        ) from None
-    if missing or unexpected:
-        raise ConfigError(
-            f"--policy.path: {path} does not match the policy in config.json "
-            f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
-        )
-
-
-def load_pretrained(directory: Path) -> Policy:
-    policy = make_policy(load_policy_config(directory))
-    load_weights(policy, directory)
-    return policy

@@ -1,17 +1,22 @@
-"""Names and paths of the checkpoint layout; finding the step folder a user meant.
+"""The checkpoint layout: every folder and file name of a run and its checkpoints, the step
+folder a user meant, `last`, and the run folder of a checkpoint. Nothing else in lr spells
+these names (tests/test_architecture.py checks it); pure Python, no torch.
 
 ```
-<output_dir>/checkpoints/<step:06d>/
-  pretrained_model/   config.json, train_config.json, model.safetensors,
-                      pytorch_model_fsdp_0/ (DCP), processors (engine callback)
-  training_state/     training_step.json, rng_state.safetensors, scheduler_state.json,
-                      optimizer_state.safetensors, optimizer_param_groups.json,
-                      optimizer_0/ (DCP), scaler_state.json (fp16)
-<output_dir>/checkpoints/last -> <step:06d>   (relative symlink)
+<output_dir>/
+  train_config.json, run.json, metrics.jsonl
+  pretrained_model/   the exported model, written at the end of the run
+  checkpoints/<step:06d>/
+    pretrained_model/   config.json, train_config.json, model.safetensors,
+                        pytorch_model_fsdp_0/ (DCP), processors (engine callback)
+    training_state/     training_step.json, rng_state.safetensors, scheduler_state.json,
+                        optimizer_state.safetensors, optimizer_param_groups.json,
+                        optimizer_0/ (DCP), scaler_state.json (fp16)
+  checkpoints/last -> <step:06d>   (relative symlink)
 ```
 
 Saves write under a temporary name (`.tmp-<step>-<token>`) and rename it when complete;
-readers never look at dot-names. Pure Python: importing this module never imports torch.
+readers never look at dot-names.
 """
 
 from __future__ import annotations
@@ -23,19 +28,45 @@ from pathlib import Path
 from ._errors import CheckpointError
 
 __all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
+    "CHECKPOINTS",
     "LAST",
-    "StepFiles",
+    "METRICS",
+    "MODEL_DCP",
+    "MODEL_WEIGHTS",
+    "OPTIMIZER_DCP",
+    "POLICY_CONFIG",
+    "PRETRAINED",
+    "RUN_STATUS",
     "TEMP_PREFIX",
+    "TRAINING_STATE",
+    "TRAINING_STEP",
+    "TRAIN_CONFIG",
+    "StepFiles",
+    "last_train_config",
     "list_step_dirs",
     "model_weights_file",
     "resolve_step_dir",
+    "run_folder_of",
     "step_dir_name",
 ]
 
+CHECKPOINTS = "checkpoints"
 LAST = "last"
 TEMP_PREFIX = ".tmp-"
 PRETRAINED = "pretrained_model"
 TRAINING_STATE = "training_state"
+MODEL_DCP = "pytorch_model_fsdp_0"
+OPTIMIZER_DCP = "optimizer_0"
+TRAIN_CONFIG = "train_config.json"
+POLICY_CONFIG = "config.json"
+MODEL_WEIGHTS = "model.safetensors"
+TRAINING_STEP = "training_step.json"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+RUN_STATUS = "run.json"
+METRICS = "metrics.jsonl"
 
 _WHAT_TO_PASS = (
     "pass a step folder such as <output_dir>/checkpoints/000100, its pretrained_model/, "
@@ -43,15 +74,17 @@ _WHAT_TO_PASS = (
 )
 
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-
-
 @dataclass(frozen=True)
 class StepFiles:
     """Every path of one step folder (the files need not exist)."""
 
     root: Path
+
+    @classmethod
+    def of_train_config(cls, train_config: Path) -> StepFiles:
+        """The step folder whose `pretrained_model/train_config.json` is `train_config` (the
+        file a resume's `--config_path` comes to)."""
+        return cls(Path(train_config).parent.parent)
 
     @property
     def pretrained(self) -> Path:
@@ -63,11 +96,11 @@ class StepFiles:
 
     @property
     def config(self) -> Path:
-        return self.pretrained / "config.json"
+        return self.pretrained / POLICY_CONFIG
 
     @property
     def train_config(self) -> Path:
-        return self.pretrained / "train_config.json"
+        return self.pretrained / TRAIN_CONFIG
 
     @property
     def is_adapter(self) -> bool:
@@ -77,15 +110,15 @@ class StepFiles:
     @property
     def model(self) -> Path:
         """The gathered weights: `adapter_model.safetensors` for PEFT checkpoints."""
-        return self.pretrained / (ADAPTER_WEIGHTS if self.is_adapter else "model.safetensors")
+        return self.pretrained / (ADAPTER_WEIGHTS if self.is_adapter else MODEL_WEIGHTS)
 
     @property
     def model_dcp(self) -> Path:
-        return self.pretrained / "pytorch_model_fsdp_0"
+        return self.pretrained / MODEL_DCP
 
     @property
     def training_step(self) -> Path:
-        return self.training_state / "training_step.json"
+        return self.training_state / TRAINING_STEP
 
     @property
     def rng(self) -> Path:
@@ -109,7 +142,7 @@ class StepFiles:
 
     @property
     def optimizer_dcp(self) -> Path:
-        return self.training_state / "optimizer_0"
+        return self.training_state / OPTIMIZER_DCP
 
     def has_model_dcp(self) -> bool:
         return (self.model_dcp / ".metadata").is_file()
@@ -148,21 +181,21 @@ def _follow_last(link: Path) -> Path:
 def _candidate(path: Path) -> Path:
     """The folder `path` designates, before checking that it is a step folder."""
     if path.is_file():
-        if path.name == "train_config.json" and path.parent.name == PRETRAINED:
+        if path.name == TRAIN_CONFIG and path.parent.name == PRETRAINED:
             return path.parent.parent
         raise CheckpointError(f"{path}: not a checkpoint; {_WHAT_TO_PASS}")
     if path.name == PRETRAINED:
         return path.parent
     if path.name == LAST or path.is_symlink():
         return _follow_last(path)
-    for link in (path / LAST, path / "checkpoints" / LAST):
+    for link in (path / LAST, path / CHECKPOINTS / LAST):
         if link.is_symlink() or link.exists():
             return _follow_last(link)
     return path
 
 
 def _no_last_hint(path: Path) -> str:
-    for folder in (path, path / "checkpoints"):
+    for folder in (path, path / CHECKPOINTS):
         steps = list_step_dirs(folder)
         if steps:
             names = ", ".join(p.name for p in steps[-3:])
@@ -204,3 +237,22 @@ def model_weights_file(path: Path) -> Path:
             f"run `lr-checkpoint convert {files.root}` first"
         )
     raise CheckpointError(f"{files.model}: file not found and no DCP shards either; the checkpoint is incomplete")
+
+
+def last_train_config(checkpoints: Path) -> Path:
+    """`<checkpoints>/last/pretrained_model/train_config.json` (the file need not exist)."""
+    return StepFiles(Path(checkpoints) / LAST).train_config
+
+
+def run_folder_of(config_file: Path) -> Path | None:
+    """The run folder holding the checkpoint whose train_config.json is `config_file`
+    (`<run>/checkpoints/<step or last>/pretrained_model/train_config.json`, or the run's own
+    `<run>/train_config.json` beside `checkpoints/`); None for a file elsewhere. A relative
+    path counts from the working folder (`--config_path=last` from inside `checkpoints/`);
+    links are not followed, so `last` stays a step of the same run."""
+    parents = Path(os.path.abspath(config_file)).parents
+    if len(parents) > 3 and parents[0].name == PRETRAINED and parents[2].name == CHECKPOINTS:
+        return parents[3]
+    if (parents[0] / CHECKPOINTS).is_dir():
+        return parents[0]
+    return None
