@@ -2,8 +2,10 @@
 
 Typed, versioned dataclasses for every setting and file, the `--a.b=value` flag parser,
 validation with errors that name the flag, topology and batch arithmetic, the accelerate
-environment guard, and launch-command building. Pure Python: importing it never imports
-torch.
+environment guard, and launch-command building. Two submodules hold the checkpoint files'
+shape for every package: `lr_config.layout` (the folder and file names of a run and its
+checkpoints, and the step folder a path means) and `lr_config.st_format` (the safetensors
+header, written and read without torch). Pure Python: importing it never imports torch.
 
     >>> from lr_config import parse_train_config, validate
     >>> cfg = parse_train_config(["--parallelism.dp_shard=-1", "--batch_size=4"])

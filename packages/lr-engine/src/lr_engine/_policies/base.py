@@ -8,12 +8,6 @@ A policy is an `nn.Module` built from its lr-config dataclass and the dataset's 
   `n_action_steps` calls; `reset()` clears it;
 - `_fsdp_wrap_modules`: class names of its repeated blocks (the FSDP units);
 - `_fsdp_forward_methods`: entry points besides forward that must work on a sharded model.
-
-`save_pretrained(policy, dir)` writes `config.json` (the policy config, tagged by `type`,
-with `version`) and `model.safetensors`; it is collective under a process group: every rank
-of any layout calls it (a plain, DDP-wrapped or FSDP2-sharded policy), the full state is
-gathered once, and the main rank writes. `load_pretrained(dir)` reads them back. Weights
-travel only as safetensors: nothing is unpickled.
 """
 
 from __future__ import annotations
