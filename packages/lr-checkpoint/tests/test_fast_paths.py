@@ -77,3 +77,12 @@ def test_a_record_the_fast_reader_does_not_know_is_read_by_the_fallback_and_said
     assert f"torch {torch.__version__.split('+')[0]}" in done.stderr and "LR_CHECKPOINT_FAST_PATHS=0" in done.stderr
     got = load_file(str(step.model))
     assert sorted(got) == sorted(weights) and all(torch.equal(got[k], v) for k, v in weights.items())
+    # resume's direct reader (DCP planning, bytes into the destination) falls back the same way
+    load = ("import sys, torch; from pathlib import Path; from lr_checkpoint._dcp_meta import read_whole_dcp_metadata; "
+            "from lr_checkpoint._dcp_read import load_dcp_batch; "
+            f"got = load_dcp_batch(read_whole_dcp_metadata(Path({str(step.model_dcp)!r})), ['a', 'b', 'rows']); "
+            "expected = {'a': torch.arange(12, dtype=torch.float32).reshape(3, 4), 'b': torch.linspace(0, 1, 20).reshape(4, 5), "
+            "'rows': torch.ones(6, 2)}; sys.exit(0 if all(torch.equal(got[k], v) for k, v in expected.items()) else 5)")
+    loaded = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert loaded.stderr.count(NOTE) == 1 and "pytorch_model_fsdp_0" in loaded.stderr, loaded.stderr
