@@ -5,7 +5,9 @@ Fixture modules live in tests/_support/; each is registered here once.
 With PYTHONDONTWRITEBYTECODE=1 (set on the CI machines) no process caches bytecode, so every
 process the suite starts (hundreds: torchrun, its workers, the CLIs) compiled torch from
 source again: `import torch` plus DCP took about 10 s of CPU instead of 4. The session
-compiles the environment's packages once (`compileall`, a no-op once they are compiled).
+compiles the environment's packages once (`compileall`, a no-op once they are compiled), and
+lr's own sources, which are installed editable: importing lr-engine's training path after torch
+took 0.52-0.64 s without their .pyc and 0.2 s with it, in each process the suite starts.
 """
 
 import compileall
@@ -21,6 +23,11 @@ pytest_plugins = ["_support.procs", "_support.hub", "_support.data", "_support.r
 def pytest_sessionstart(session) -> None:  # type: ignore[no-untyped-def]
     if not sys.flags.dont_write_bytecode:
         return
+    # lr's own sources are installed editable (not in purelib): every process the suite starts
+    # imports them, so they are compiled once too (a no-op for a file whose .pyc is current)
+    root = Path(__file__).parent
+    for src in [*sorted(root.glob("packages/*/src")), *sorted(root.glob("apps/*/src"))]:
+        compileall.compile_dir(str(src), quiet=2, workers=2)
     packages = Path(sysconfig.get_paths()["purelib"])
     installed = "\n".join(sorted(p.name for p in packages.glob("*.dist-info")))
     marker = packages / ".lr-compiled-for"  # what was installed when it was last compiled
