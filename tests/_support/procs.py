@@ -146,11 +146,6 @@ atexit.register(_FORK_SERVER.close)
 
 
 @pytest.fixture
-def torchrun():
-    return run_torchrun
-
-
-@pytest.fixture
 def ranks():
     return run_ranks
 
