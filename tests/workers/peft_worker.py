@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from lr_engine._adapters import load_adapter_policy
 from lr_engine._checkpointing import write_final_model
 from lr_engine._parallel.dist import finish, init_distributed
-from lr_engine._train import banner, build_run, loop, start_files
+from lr_engine._train import banner, build_run, start_files, train_loop
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
     initial_trainable = {n: (t.full_tensor() if hasattr(t, "full_tensor") else t) for n, t in initial_trainable.items()}
     start_files(run)
     banner(run)
-    loop(run)
+    train_loop(run)
     write_final_model(run)
     full = gather_model_state_dict(run.model)
     if ctx.is_main:

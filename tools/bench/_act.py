@@ -1,6 +1,6 @@
 """ACT runs for the loop benchmarks: the engine's loop and a bare hand-written loop.
 
-Both build the same policy (`lr_engine._policies.make_policy`, same seed and config), read
+Both build the same policy (`lr_engine.make_policy`, same seed and config), read
 the same demo dataset through the same normalizer, with the same batch size, the same
 AdamW settings (the engine's `make_optimizer` hyper-parameters, foreach) and the same
 global-norm clipping, on the same layout (single, DDP, or FSDP2 with the policy's
@@ -70,7 +70,7 @@ def context_for(layout: str, cfg: Any) -> Any:
         return _contexts[layout]
     import torch.distributed as dist
     from lr_config import validate
-    from lr_engine._parallel.dist import DistContext, best_device, init_distributed, launcher_world
+    from lr_engine import DistContext, best_device, init_distributed, launcher_world
     from torch.distributed.device_mesh import init_device_mesh
 
     if not dist.is_initialized():
@@ -120,8 +120,7 @@ def engine_windows(metrics_path: Path) -> EngineResult:
 
 def run_engine(flags: list[str], layout: str, output_dir: Path) -> EngineResult | None:
     """One engine run on every rank; the main rank returns its windows, others None."""
-    from lr_engine._parallel.dist import barrier
-    from lr_engine._train import train
+    from lr_engine import barrier, train
 
     cfg = train_config([*flags, *LAYOUT_FLAGS[layout], f"--output_dir={output_dir}"])
     ctx = context_for(layout, cfg)
@@ -139,18 +138,18 @@ def run_engine(flags: list[str], layout: str, output_dir: Path) -> EngineResult 
 
 def _bare_model(cfg: Any, ctx: Any, policy: Any) -> Any:
     import torch
-    from lr_engine._policies.act import ACTDecoderLayer, ACTEncoderLayer
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     layout = ctx.topology.layout
+    units = set(type(policy)._fsdp_wrap_modules)  # the FSDP units the policy declares, as the engine wraps them
     if layout == "ddp":
         return torch.nn.parallel.DistributedDataParallel(policy, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     if layout == "fsdp2":
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cfg.accelerator.mixed_precision == "bf16" else MixedPrecisionPolicy()
         for module in policy.modules():
-            if isinstance(module, (ACTEncoderLayer, ACTDecoderLayer)):
+            if type(module).__name__ in units:
                 fully_shard(module, mesh=mesh, mp_policy=mp)
         fully_shard(policy, mesh=mesh, mp_policy=mp)
     return policy
@@ -158,9 +157,7 @@ def _bare_model(cfg: Any, ctx: Any, policy: Any) -> Any:
 
 def _bare_loader(cfg: Any, ctx: Any) -> tuple[Any, Any]:
     import torch
-    from lr_engine._data.dataset import LeRobotDataset, load_meta
-    from lr_engine._data.locate import resolve_dataset_root
-    from lr_engine._processors import make_processors
+    from lr_engine import LeRobotDataset, load_meta, make_processors, resolve_dataset_root
 
     root = resolve_dataset_root(cfg.dataset, create_demo=False)
     dataset = LeRobotDataset(root, action_horizon=cfg.policy.chunk_size)
@@ -201,9 +198,7 @@ class BareLoop:
 
     def __init__(self, flags: list[str], layout: str) -> None:
         import torch
-        from lr_engine._data.dataset import load_meta
-        from lr_engine._data.locate import resolve_dataset_root
-        from lr_engine._policies.registry import make_policy
+        from lr_engine import load_meta, make_policy, resolve_dataset_root
 
         cfg = train_config([*flags, *LAYOUT_FLAGS[layout]])
         self.ctx = ctx = context_for(layout, cfg)
@@ -244,7 +239,7 @@ class BareResult:
 def run_bare(flags: list[str], layout: str) -> BareResult | None:
     """The bare loop alone, timed in windows; the main rank returns them, others None."""
     import torch
-    from lr_engine._parallel.dist import barrier
+    from lr_engine import barrier
 
     bare = BareLoop(flags, layout)
     ctx, cfg = bare.ctx, bare.cfg
@@ -297,15 +292,14 @@ class PairedResult:
 def run_paired(flags: list[str], layout: str, output_dir: Path) -> PairedResult | None:
     """The engine's loop and the bare loop, alternating step by step on every rank.
 
-    The engine runs its own steps (`build_run`, `start_files`, `loop`: what `train` runs,
+    The engine runs its own steps (`build_run`, `start_files`, `train_loop`: what `train` runs,
     without the banner and the final model); its DataLoader is wrapped so that, before
     each batch it hands over, the bare loop takes one step. The engine's `metrics.jsonl`
     gives each window's time; the bare steps inside it, timed apart, are subtracted from it
     and are the bare loop's time for the same window. The main rank returns the windows
     after the first, others None.
     """
-    from lr_engine._parallel.dist import barrier
-    from lr_engine._train import build_run, loop, start_files
+    from lr_engine import barrier, build_run, start_files, train_loop
 
     bare = BareLoop(flags, layout)
     cfg = train_config([*flags, *LAYOUT_FLAGS[layout], f"--output_dir={output_dir}"])
@@ -313,7 +307,7 @@ def run_paired(flags: list[str], layout: str, output_dir: Path) -> PairedResult 
     paired = _Interleaved(run.data.loader, bare)
     run.data.loader = paired  # type: ignore[assignment]
     start_files(run)
-    loop(run)
+    train_loop(run)
     barrier()
     if not run.ctx.is_main:
         return None

@@ -102,7 +102,7 @@ def proc_pss(pid):
 
 root, horizon, side = spec["root"], spec["horizon"], spec["side"]
 if side == "lr":
-    from lr_engine._data.dataset import LeRobotDataset
+    from lr_engine import LeRobotDataset
 
     t_import = time.perf_counter()
     ds = LeRobotDataset(root, action_horizon=horizon, video_backend="pyav")
@@ -234,27 +234,13 @@ def lerobot_python() -> Path:
     return python
 
 
-# lr's demo generator, with one change: libsvtav1 (the AV1 encoder in PyAV's wheels, SVT-AV1 4.1)
-# deadlocks at random frames when it runs its threads in parallel (`svt_av1_enc_send_picture`
-# waits forever: a 20,000-frame video never completes on 2 cores); `lp=1` (one level of
-# parallelism) encodes the same settings (g=2, crf=30, preset 12) without it.
+# lr's demo generator (its AV1 encoder runs one level of parallelism: the SVT-AV1 in PyAV's
+# wheels deadlocks at random frames with its own thread pool).
 GENERATE = """
 import sys
 from pathlib import Path
-from lr_engine._data import video
-from lr_engine._data.demo import make_demo_dataset
+from lr_engine import make_demo_dataset
 
-_options = video._encoder_options
-
-
-def _one_thread(codec, g, crf):
-    options = _options(codec, g, crf)
-    if codec == "av1":
-        options["svtav1-params"] = options.get("svtav1-params", "") + ":lp=1"
-    return options
-
-
-video._encoder_options = _one_thread
 height, width, cameras = int(sys.argv[1]), int(sys.argv[2]), tuple(sys.argv[3].split(","))
 for root, episodes in zip(sys.argv[4::2], sys.argv[5::2]):
     make_demo_dataset(Path(root), num_episodes=int(episodes), with_images=True, video=True, cameras=cameras,
@@ -272,7 +258,7 @@ def make_datasets(folder: Path, episodes: list[int], height: int, width: int) ->
     temp name, then renamed), the missing ones in one subprocess (see GENERATE). It is watched:
     should the encoder deadlock all the same (every thread waiting, no CPU used for 20 s), it is
     stopped and started again, up to 5 times."""
-    from lr_engine._data.demo import DEMO_VERSION
+    from lr_engine import DEMO_VERSION
 
     roots = {n: folder / f"video-2cam-{height}x{width}-{n}ep-v{DEMO_VERSION}" for n in episodes}
     folder.mkdir(parents=True, exist_ok=True)

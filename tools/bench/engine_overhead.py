@@ -93,8 +93,8 @@ def _section(args: argparse.Namespace, rows: list[dict]) -> str:
         "steps/s are totals over every steady window; the judged ratio is the median of the per-window ratios "
         "(`median (min-max, n=windows)`), each window comparing the two loops over the same seconds.",
         "",
-        "How it is measured (`tools/bench/_act.py`): the engine runs its own loop (`lr_engine._train.build_run`, "
-        "`start_files`, `loop`: what `lr-engine train` runs after parsing its flags, without the banner and the final "
+        "How it is measured (`tools/bench/_act.py`): the engine runs its own loop (`lr_engine.build_run`, "
+        "`start_files`, `train_loop`: what `lr-engine train` runs after parsing its flags, without the banner and the final "
         "model); its DataLoader is wrapped so that before handing over each batch the bare loop takes one step, timed "
         "apart. An engine window's time is read from its `metrics.jsonl` (`(update_s + dataloading_s) x steps`, the "
         "slowest rank) minus the bare steps inside it; the bare loop's time for that window is the sum of those bare "

@@ -2,7 +2,7 @@
 
     uv run python tools/bench/memory_fsdp.py [--smoke]
 
-The engine builds the run exactly as `lr-engine train` does (`lr_engine._train.build_run`:
+The engine builds the run exactly as `lr-engine train` does (`lr_engine.build_run`:
 policy, FSDP2 wrapping, AdamW) and takes one loop step with its own `forward_backward`
 and `update`. Inside each rank: gradient bytes right after the backward (once FSDP2's
 reduce-scatter has left the sharded gradients), parameter and optimizer-state bytes
@@ -57,8 +57,7 @@ def _optimizer_tensors(optimizer: Any) -> list[Any]:
 def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from _act import act_flags, train_config
-    from lr_engine._parallel.dist import init_distributed
-    from lr_engine._train import batches, build_run, forward_backward, update
+    from lr_engine import batches, build_run, forward_backward, init_distributed, update
 
     flags = [*act_flags(args.smoke), "--batch_size=4", "--steps=1", "--save_checkpoint=false", f"--output_dir={args.tmp}/run"]
     if args.sharded:

@@ -10,6 +10,15 @@ the `lr-engine` command):
 - `LeRobotDataset`, `make_demo_dataset`, `resolve_dataset_root`: LeRobot v3 data;
 - `load_processors`: the normalizer/unnormalizer saved beside a model;
 - `load_adapter_policy`: a base policy plus trained LoRA adapters.
+
+The pieces of `train`, for tools that time or measure one part of a run (tools/bench):
+
+- `DistContext`, `launcher_world`, `best_device`, `barrier`: the process layout and its sync;
+- `build_run(cfg, ctx) -> Run` (model wrapped, optimizer, data; a resume loaded),
+  `start_files(run)`, `train_loop(run)` (the loop over optimizer updates), and inside it
+  `train_step` (one update's K micro-batches), `batches`, `forward_backward`, `update`;
+- `load_meta`, `DEMO_VERSION`, `make_processors`: a dataset's `meta/`, the demo dataset's
+  version, the normalizer built from the dataset's statistics.
 """
 
 from __future__ import annotations
@@ -19,14 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._adapters import load_adapter_policy
-    from ._data.dataset import LeRobotDataset
+    from ._data.dataset import LeRobotDataset, load_meta
+    from ._data.demo import DEMO_VERSION, make_demo_dataset
     from ._data.locate import resolve_dataset_root
-    from ._data.demo import make_demo_dataset
-    from ._parallel.dist import init_distributed
+    from ._parallel.dist import DistContext, barrier, best_device, init_distributed, launcher_world
     from ._plan import plan_lines
     from ._policies import Policy, load_pretrained, make_policy, save_pretrained
-    from ._processors import load_processors
-    from ._train import train
+    from ._processors import load_processors, make_processors
+    from ._run import Run
+    from ._train import TrainResult, batches, build_run, forward_backward, start_files, train, train_loop, train_step, update
 
 _HOME = {
     "load_adapter_policy": "._adapters",
@@ -41,21 +51,53 @@ _HOME = {
     "save_pretrained": "._policies",
     "load_processors": "._processors",
     "train": "._train",
+    "load_meta": "._data.dataset",
+    "DEMO_VERSION": "._data.demo",
+    "DistContext": "._parallel.dist",
+    "barrier": "._parallel.dist",
+    "best_device": "._parallel.dist",
+    "launcher_world": "._parallel.dist",
+    "make_processors": "._processors",
+    "Run": "._run",
+    "TrainResult": "._train",
+    "batches": "._train",
+    "build_run": "._train",
+    "forward_backward": "._train",
+    "start_files": "._train",
+    "train_loop": "._train",
+    "train_step": "._train",
+    "update": "._train",
 }
 
 __all__ = [
-    "LeRobotDataset",
-    "Policy",
+    "barrier",
+    "batches",
+    "best_device",
+    "build_run",
+    "DEMO_VERSION",
+    "DistContext",
+    "forward_backward",
     "init_distributed",
+    "launcher_world",
+    "LeRobotDataset",
     "load_adapter_policy",
+    "load_meta",
     "load_pretrained",
     "load_processors",
     "make_demo_dataset",
     "make_policy",
+    "make_processors",
     "plan_lines",
+    "Policy",
     "resolve_dataset_root",
+    "Run",
     "save_pretrained",
+    "start_files",
     "train",
+    "train_loop",
+    "train_step",
+    "TrainResult",
+    "update",
 ]
 
 

@@ -20,6 +20,8 @@ from ._setup import Data
 if TYPE_CHECKING:
     from lr_config import AdapterBase
 
+    from ._faults import FaultHook
+
 __all__ = ["Run", "training_step_record"]
 
 
@@ -46,6 +48,8 @@ class Run:
     base_record: AdapterBase | None = None
     """LoRA: the base the adapters train on (recorded in each adapter folder)."""
     resumed_into_own_folder: bool = False
+    fault: FaultHook | None = None
+    """Tests only: the fault to inject before an update (`_faults.py`, LR_TEST_* variables)."""
 
     @property
     def output_dir(self) -> Path:

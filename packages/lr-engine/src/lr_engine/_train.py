@@ -1,12 +1,15 @@
 """The training loop: one code path for single process, DDP, FSDP2 and HSDP.
 
-`train(cfg)` runs on every rank, as a short sequence of named steps (see `setup.py` for
-the build order). Per loop step: fetch this rank's micro-batch, normalize, forward under
-the layout's precision, backward (scaled by 1/K and, for fp16, by the loss scaler), and on
-every K-th micro-step: sync ignored-module gradients, unscale, clip, set the step's LR,
-update. Gradient sync is skipped on the first K-1 micro-steps (DDP `no_sync`, FSDP2
-`set_requires_gradient_sync(False)`). Checkpoints are collective and happen at update
-boundaries; only the main rank writes files.
+`train(cfg)` runs on every rank, as a short sequence of named steps (`build_run`, then
+`train_loop`, the final model and the publish; see `_setup.py` for the build order).
+`train_loop` iterates optimizer updates. Each `train_step` runs the K micro-batches of one
+update: fetch this rank's micro-batch, normalize, forward under the layout's precision,
+backward (scaled by 1/K and, for fp16, by the loss scaler); then sync ignored-module
+gradients, unscale, clip, set the step's LR and update. Gradient sync is skipped on the first
+K-1 micro-batches (DDP `no_sync`, FSDP2 `set_requires_gradient_sync(False)`). Steps, as the
+flags, logs and files count them, are loop steps (micro-batches). The `Checkpointer`
+(`_checkpointer.py`) decides at each update whether to save or stop; saves are collective
+and only the main rank writes files.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import datetime as _dt
 import functools
 import json
 import os
-import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -38,6 +40,8 @@ from lr_config.layout import CHECKPOINTS, LAST, METRICS, PRETRAINED, RUN_STATUS,
 from torch import nn
 
 from . import _checkpointing as checkpointing
+from . import _faults
+from ._checkpointer import Checkpointer, save_steps_text
 from ._data.errors import DatasetError, from_worker
 from ._data.locate import one_per_node
 from ._launcher import LAUNCH_COMMAND_ENV
@@ -46,7 +50,7 @@ from ._optim import clip_and_norm, lr_at, make_optimizer, set_lr
 from ._parallel.dist import DistContext
 from ._parallel.precision import autocast_for, make_scaler
 from ._parallel.wrap import sync_ignored_grads
-from ._run import Run, training_step_record
+from ._run import Run
 from ._setup import (
     build_data,
     build_policy,
@@ -95,7 +99,8 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     optimizer = make_optimizer(model.parameters(), cfg.optimizer)
     scaler = make_scaler(cfg, ctx.device)
     run = Run(cfg=cfg, ctx=ctx, data=data, policy=policy, model=model, plan=plan, optimizer=optimizer, scaler=scaler,
-              run_id=resume.training_step.run_id if resume else new_run_id(), base_record=base_record)
+              run_id=resume.training_step.run_id if resume else new_run_id(), base_record=base_record,
+              fault=_faults.from_env(ctx))
     if resume is not None:
         run.resumed_into_own_folder = resume.step_dir.parent.parent.resolve() == run.output_dir.resolve()
         checkpointing.load_state(run, resume)
@@ -185,27 +190,12 @@ def forward_backward(run: Run, batch: dict[str, torch.Tensor], last_micro: bool)
     return loss.detach(), {k: v.detach() for k, v in info.items()}
 
 
-def _inject_test_fault(run: Run, step: int) -> None:
-    """Test-only hooks (LR_TEST_*): a rank that raises, or an inf in one rank's gradient shard."""
-    if os.environ.get("LR_TEST_RAISE_AT_STEP") == str(step) and os.environ.get("LR_TEST_RAISE_RANK", "0") == str(run.ctx.rank):
-        raise RuntimeError(f"test fault injected on rank {run.ctx.rank} at step {step} (t={time.time():.3f})")
-    if os.environ.get("LR_TEST_INF_GRAD_STEP") == str(step) and os.environ.get("LR_TEST_INF_GRAD_RANK", "0") == str(run.ctx.rank):
-        from torch.distributed.tensor import DTensor
-
-        grad = next(p.grad for p in run.model.parameters() if p.grad is not None)
-        local = grad.to_local() if isinstance(grad, DTensor) else grad
-        local.view(-1)[0] = float("inf")
-
-
 def update(run: Run, step: int) -> None:
     """Unscale, clip, set this step's LR and apply one optimizer update (all ranks agree on skips)."""
-    if run.cfg.checkpoint_async:
-        checkpointing.wait_for_background_copy()  # a background save copies the live state: let it finish
     sync_ignored_grads(run.model, run.plan, run.ctx.world_size)
     # the optimizer's parameters are the trainable ones, in model order (make_optimizer);
     # listing them from its groups skips a walk of the module tree at every update
     params = [p for group in run.optimizer.param_groups for p in group["params"]]
-    _inject_test_fault(run, step)
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
     run.grad_norm = clip_and_norm(params, run.cfg.optimizer.grad_clip_norm).detach()
@@ -255,122 +245,87 @@ def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: in
     return MetricsWindow(device=run.ctx.device, started=window.ended)
 
 
-def completes_save_boundary(step: int, k: int, save_freq: int) -> bool:
-    """Whether the update at loop step `step` (a multiple of K) completes a multiple of --save_freq:
-    the first update at or after each boundary saves, so any --save_freq works with any K."""
-    return step // save_freq > (step - k) // save_freq
+def accumulations(start: int, steps: int, k: int) -> Iterator[range]:
+    """The loop steps of each optimizer update after loop step `start`: runs of K that end on
+    multiples of K (the first is shorter when a resume changed K), then a partial run when
+    --steps is not a multiple of K, which is trained but not applied (the banner warns)."""
+    first = start + 1
+    while first <= steps:
+        last = min((first - 1) // k * k + k, steps)
+        yield range(first, last + 1)
+        first = last + 1
 
 
-def save_steps_text(cfg: TrainConfig, count: int = 3) -> str:
-    """The first checkpoint steps, for the banner when the accumulation moves them off --save_freq."""
-    k, freq = cfg.grad_accum_steps, cfg.save_freq
-    steps = [s for s in range(k, min(cfg.steps, freq * (count + 1) + k) + 1, k) if completes_save_boundary(s, k, freq)]
-    return ", ".join(str(s) for s in steps[:count])
+@dataclass
+class Metrics:
+    """The loop's metrics: the window of steps since the last record, and the main rank's sink."""
+
+    run: Run
+    window: MetricsWindow
+    sink: MetricsSink | None
+
+    def add(self, step: int, loss: torch.Tensor, info: dict[str, torch.Tensor], data_s: float) -> None:
+        self.window.add(loss, info, data_s)
+        if self.sink is not None:
+            self.sink.advance(step)
+
+    def log_if_due(self, step: int, stopping: bool) -> None:
+        if step % self.run.cfg.log_freq == 0 or step == self.run.cfg.steps or stopping:
+            self.window = log_step(self.run, self.window, self.sink, step)
 
 
-def loop(run: Run) -> int:
+def train_step(run: Run, steps: range, stream: Iterator[tuple[dict[str, torch.Tensor], float]],
+               checkpointer: Checkpointer, metrics: Metrics) -> bool:
+    """One optimizer update: the forward and backward of each micro-batch in `steps` (loop steps),
+    the update after the last one when it ends on a multiple of K, and the log records due in
+    between. Returns whether every rank agreed to stop at this update."""
+    k = run.cfg.grad_accum_steps
+    applies = steps[-1] % k == 0
+    stopping = False
+    for step in steps:
+        run.current_step = step - 1
+        batch, data_s = next(stream)
+        checkpointer.batch_ready()
+        last = step == steps[-1]
+        loss, info = forward_backward(run, batch, last and applies)
+        if last and applies:
+            if run.fault is not None:
+                run.fault(run.model, step - 1)
+            checkpointer.before_update()
+            update(run, step - 1)
+        run.current_step = step
+        metrics.add(step, loss, info, data_s)
+        stopping = last and applies and checkpointer.stop_agreed()
+        metrics.log_if_due(step, stopping)
+    return stopping
+
+
+def train_loop(run: Run) -> int:
+    """The loop over optimizer updates, from the run's start step to --steps or an agreed stop.
+    Returns the last loop step run."""
     cfg = run.cfg
-    K = cfg.grad_accum_steps
-    sink = MetricsSink(cfg, run.output_dir, cfg.steps, run.start_step) if run.ctx.is_main else None
-    window = MetricsWindow(device=run.ctx.device)
+    metrics = Metrics(run, MetricsWindow(device=run.ctx.device),
+                      MetricsSink(cfg, run.output_dir, cfg.steps, run.start_step) if run.ctx.is_main else None)
     run.model.train()
     stream = batches(run)
     step = run.start_step
-    stop = StopRequest.install()
+    checkpointer = Checkpointer(run)
     failed = True
     try:
-        for step in range(run.start_step + 1, cfg.steps + 1):
-            run.current_step = step - 1
-            batch, data_s = next(stream)
-            stop.post(run.ctx)
-            last_micro = step % K == 0
-            loss, info = forward_backward(run, batch, last_micro)
-            if last_micro:
-                update(run, step - 1)
-            run.current_step = step
-            window.add(loss, info, data_s)
-            if sink is not None:
-                sink.advance(step)
-            stopping = last_micro and stop.agreed(run.ctx)
-            if step % cfg.log_freq == 0 or step == cfg.steps or stopping:
-                window = log_step(run, window, sink, step)
-            # at the update that completes each --save_freq boundary, and at the last update (before
-            # --steps when a partial accumulation ends the run); the banner says which steps
-            if cfg.save_checkpoint and last_micro and (completes_save_boundary(step, K, cfg.save_freq) or step + K > cfg.steps or stopping):
-                checkpointing.save(run, step, training_step_record(run, step))
-            if stopping:
-                run.stopped = True
-                checkpointing.finish_pending(run)  # an async save is committed before "stopped ... (checkpoint saved)"
-                log(run.ctx, f"stopped at step {step} on request" + (" (checkpoint saved)" if cfg.save_checkpoint else ""))
-                break
+        with checkpointer:
+            for steps in accumulations(run.start_step, cfg.steps, cfg.grad_accum_steps):
+                stopping = train_step(run, steps, stream, checkpointer, metrics)
+                step = steps[-1]
+                if step % cfg.grad_accum_steps == 0:
+                    checkpointer.after_update(step, stopping)
+                if stopping:
+                    break
         failed = False
     finally:
-        stop.uninstall()
-        if sink is not None:
-            sink.close(failed=failed)  # the metrics and run.json writes in flight are done before anything else is written
-    stop.drain()  # a partial last accumulation leaves one in flight; not on errors: a failed rank never posts it
-    checkpointing.finish_pending(run)
+        if metrics.sink is not None:
+            metrics.sink.close(failed=failed)  # the metrics and run.json writes in flight are done before anything else is written
+    checkpointer.finish()  # not on errors: a failed rank never posts the stop exchange the others wait for
     return step
-
-
-class StopRequest:
-    """SIGINT/SIGTERM ask for a clean stop at an update boundary, agreed by all ranks.
-
-    The flag travels over the control group (gloo, CPU), so no rank stops alone and a GPU
-    run pays no device sync for it. It is exchanged without stalling the loop: `post()`
-    starts a non-blocking all-reduce when a step's batch is ready, and `agreed()` collects
-    it at the update, after the forward and backward it overlapped with. A blocking
-    exchange at every update was one more point per step where each rank waits for the
-    slowest (measured: about 4.6 ms per step of 2-rank DDP on CPU, 2% of the step; see
-    BENCHMARKS.md). A request is thus honoured at the first update whose exchange started
-    after it, one update later at most. A second signal interrupts at once.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.previous: dict[int, Any] = {}
-        self.pending: tuple[Any, torch.Tensor] | None = None
-
-    @classmethod
-    def install(cls) -> StopRequest:
-        req = cls()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            req.previous[sig] = signal.signal(sig, req._handle)
-        return req
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def uninstall(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-    def post(self, ctx: DistContext) -> None:
-        """Start exchanging the flag (collective, non-blocking); a no-op while one is in flight."""
-        if ctx.control_group is None or self.pending is not None:
-            return
-        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
-        work = torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=ctx.control_group, async_op=True)
-        self.pending = (work, flag)
-
-    def agreed(self, ctx: DistContext) -> bool:
-        """Whether every rank stops at this update: the posted exchange's result (collective)."""
-        if ctx.control_group is None:
-            return self.requested
-        self.post(ctx)
-        assert self.pending is not None
-        work, flag = self.pending
-        self.pending = None
-        work.wait()
-        return bool(flag.item())
-
-    def drain(self) -> None:
-        """Wait for an exchange still in flight (every rank posted it): before other collectives end the run."""
-        if self.pending is not None:
-            self.pending[0].wait()
-            self.pending = None
 
 
 @dataclass(frozen=True)
@@ -408,7 +363,7 @@ def train(cfg: TrainConfig, ctx: DistContext) -> TrainResult:
         # the data files' mapped copies, made by one process per node now that every check passed
         # (a refused run writes nothing, not even a cache)
         one_per_node(ctx, run.data.dataset.map_files)
-        last = loop(run)
+        last = train_loop(run)
         final_state = checkpointing.write_final_model(run)
     except BaseException as exc:
         write_status(run, "failed", run.current_step, error=f"{type(exc).__name__}: {exc}")
