@@ -77,6 +77,13 @@ def test_write_section_replaces_its_own_section_and_keeps_the_others(tmp_path: P
     text = out.read_text()
     assert text.endswith("## What was changed\n\nBy hand.\n") and text.count("By hand.") == 1
     assert "third startup body" in _section(text, "startup")
+    # and a hand-written index before the first section stays before it
+    first = text.index("<!-- bench:")
+    out.write_text(text[:first] + "## Targets and status\n\nAn index.\n\n" + text[first:])
+    _common.write_section(out, "startup", "6. S", "cmd-s", ctx, "fourth startup body", smoke=False)
+    text = out.read_text()
+    assert text.index("An index.") < text.index("<!-- bench:engine_overhead") and text.count("An index.") == 1
+    assert text.endswith("## What was changed\n\nBy hand.\n") and text.count("By hand.") == 1
 
 
 def _gpu_device_run(out: Path, runs: Path) -> subprocess.CompletedProcess[str]:

@@ -198,10 +198,14 @@ def _sections(text: str) -> dict[str, str]:
     return found
 
 
-def _outside_sections(text: str) -> str:
-    """What a person wrote in the file outside the title, the intro and the sections."""
-    rest = re.sub(r"<!-- bench:(\w+) -->\n.*?<!-- /bench:\1 -->\n?", "", text, flags=re.S)
-    return rest.replace(TITLE, "", 1).replace(INTRO, "", 1).strip()
+def _outside_sections(text: str) -> tuple[str, str]:
+    """What a person wrote in the file outside the title, the intro and the sections: the part
+    before the first section (an index of the results), and the rest (kept at the end)."""
+    first = re.search(r"<!-- bench:\w+ -->", text)
+    before, after = (text[: first.start()], text[first.start() :]) if first else ("", text)
+    before = before.replace(TITLE, "", 1).replace(INTRO, "", 1).strip()
+    after = re.sub(r"<!-- bench:(\w+) -->\n.*?<!-- /bench:\1 -->\n?", "", after, flags=re.S).strip()
+    return before, after
 
 
 def write_section(out: Path, name: str, title: str, command: str, ctx: Context, body: str, smoke: bool) -> None:
@@ -224,12 +228,13 @@ def write_section(out: Path, name: str, title: str, command: str, ctx: Context, 
     existing = _sections(text)
     existing[name] = content
     names = [n for n in ORDER if n in existing] + [n for n in existing if n not in ORDER]
-    parts = [TITLE, "", INTRO]
+    before, after = _outside_sections(text)  # what a person wrote stays where it was
+    parts = [TITLE, "", INTRO, *([before, ""] if before else [])]
     for n in names:
         begin, end = _marker(n)
         parts += [begin, existing[n].rstrip() + "\n", end, ""]
-    if hand_written := _outside_sections(text):  # kept at the end, as it is
-        parts += [hand_written, ""]
+    if after:
+        parts += [after, ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text("\n".join(parts))

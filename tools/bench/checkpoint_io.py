@@ -234,7 +234,7 @@ def _section(rows: list[dict[str, Any]], model_mb: float, size: dict[str, int], 
         f"`readinto` calls). Settling: each format's save and raw write start {settle:g} s after the previous files "
         f"were deleted and `os.sync()` ran{f' (the file system measured: {mount})' if mount else ''}. On a "
         "thin-provisioned virtual disk whose file system discards freed blocks, blocks freed a moment ago take writes "
-        "several times faster until the host has processed their discard (see the notes at the end of this file), "
+        "several times faster until the host has processed their discard (see the measured facts at the end of this file), "
         "so without the pause the write that happens to reuse them wins; saves in a training run are minutes apart "
         "and meet the settled disk. Caching: fsync on every write; before each load or raw read "
         "the files' pages are dropped with `posix_fadvise(POSIX_FADV_DONTNEED)` (root is not needed; on this virtual disk "

@@ -102,8 +102,8 @@ class StopRequest:
     starts a non-blocking all-reduce when a step's batch is ready, and `agreed()` collects
     it at the update, after the forward and backward it overlapped with. A blocking
     exchange at every update was one more point per step where each rank waits for the
-    slowest (measured: about 4.6 ms per step of 2-rank DDP on CPU, 2% of the step; see
-    BENCHMARKS.md, section 1). A request is thus honoured at the first update whose exchange
+    slowest (measured: about 4.6 ms per step of 2-rank DDP on CPU, 2% of the step;
+    BENCHMARKS.md, measured facts). A request is thus honoured at the first update whose exchange
     started after it, one update later at most. A second signal interrupts at once.
     """
 

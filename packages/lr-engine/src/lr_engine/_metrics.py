@@ -129,7 +129,7 @@ class MetricsWindow:
         wall = self.ended - self.started
         timings = torch.tensor([wall, self.data_s, memory_gb(self.device)], dtype=torch.float64, device=self.device)
         # One all-gather, not an all-reduce per op: each blocking collective is a point where
-        # every rank waits for the slowest (see BENCHMARKS.md, section 1's notes).
+        # every rank waits for the slowest (BENCHMARKS.md, measured facts).
         rows = _gather(torch.cat([local.double(), timings]))
         n = len(local)
         values = (rows[:, :n].sum(0) / world_size).tolist()
