@@ -186,7 +186,9 @@ def _module_graph(package: str) -> dict[str, set[str]]:
             targets = []
             if isinstance(node, ast.ImportFrom):
                 base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".") if node.level else node.module or ""
-                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+                # `from pkg import mod` imports the module `pkg.mod`; `from pkg import name`, the
+                # package's `__init__` (a parent package is imported on the way, as for any import)
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             graph[name] |= {t for t in targets if t in modules and t not in (name, package)}
@@ -210,3 +212,35 @@ def test_no_import_circles_inside_a_package(package: str) -> None:
 
     circles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
     assert circles == [], f"{package}: modules that import each other (directly or around a circle): {circles}"
+
+
+def test_the_module_walk_resolves_relative_imports_in_sub_packages() -> None:
+    """The circle check sees imports between sub-packages (`..fast_paths`, `..._io.hashing`)
+    as edges to those modules, and an empty sub-package `__init__` as a module of its own."""
+    graph = _module_graph("lr_checkpoint")
+    assert {"lr_checkpoint._formats", "lr_checkpoint._formats.dcp"} <= set(graph)
+    assert {"lr_checkpoint._formats.fast_paths", "lr_checkpoint._formats.dcp.metadata"} <= graph["lr_checkpoint._formats.dcp.read"]
+    assert "lr_checkpoint._io.hashing" in graph["lr_checkpoint._formats.safetensors.read"]
+    assert "lr_checkpoint._formats.dcp.stream" in graph["lr_checkpoint._convert"]
+
+
+def test_lr_checkpoint_rooms_import_one_way() -> None:
+    """lr-checkpoint's sub-packages form no circle between them: `_io` (bytes to disk), then
+    `_formats` (the files, byte by byte), then `_state` (the training side); the verbs at the
+    top use them all, and a room uses no verb (only the shared `_ranks` and `_request`). A room
+    importing a room above it would make a circle of rooms even where no two modules do."""
+    rooms = ["lr_checkpoint._io", "lr_checkpoint._formats", "lr_checkpoint._state"]
+    shared = {"lr_checkpoint", "lr_checkpoint._ranks", "lr_checkpoint._request"}
+
+    def level(module: str) -> int:
+        """0, 1, 2 for the rooms; 3 for a verb at the top (what no room may import)."""
+        return next((i for i, r in enumerate(rooms) if module == r or module.startswith(r + ".")), len(rooms))
+
+    upward = sorted(
+        (a, b)
+        for a, targets in _module_graph("lr_checkpoint").items()
+        if level(a) < len(rooms)
+        for b in targets
+        if b not in shared and level(b) > level(a)
+    )
+    assert upward == [], f"rooms importing a room above them, or a verb: {upward}"

@@ -51,7 +51,7 @@ def test_only_the_restricted_parser_unpickles_and_nothing_runs_a_shell() -> None
     """
     assert SOURCES
     unpickling = r"\bpickle\.loads?\(|\btorch\.load\(|\bUnpickler\b|weights_only\s*=\s*False|allow_pickle\s*=\s*True|\bmarshal\.loads?\("
-    restricted = {"packages/lr-checkpoint/src/lr_checkpoint/_dcp_meta.py", "packages/lr-checkpoint/src/lr_checkpoint/_torch_save.py"}
+    restricted = {"packages/lr-checkpoint/src/lr_checkpoint/_formats/dcp/metadata.py", "packages/lr-checkpoint/src/lr_checkpoint/_formats/torch_save.py"}
     assert _offending_lines(unpickling, allowed=restricted) == []
     assert _offending_lines(r"shell\s*=\s*True|\bos\.system\(|\bos\.popen\(|create_subprocess_shell") == []
 

@@ -48,8 +48,8 @@ def _verify(folder: Path) -> None:
 
 
 def _per_tensor(folder: Path) -> None:
-    from lr_checkpoint._dcp_meta import read_whole_dcp_metadata
-    from lr_checkpoint._dcp_read import load_dcp_tensor
+    from lr_checkpoint._formats.dcp.metadata import read_whole_dcp_metadata
+    from lr_checkpoint._formats.dcp.read import load_dcp_tensor
 
     meta = read_whole_dcp_metadata(folder)
     for key, entry in meta.tensors.items():

@@ -45,7 +45,7 @@ def save_formats(work: Path, mesh: object, rank: int) -> tuple[torch.nn.Module, 
 def gathered_files_are_torchs_full_state(work: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int) -> None:
     """The gathered files, written tensor by tensor while the next one is gathered, hold exactly
     what torch's full state dict gathers: the same names, dtypes and bits."""
-    from lr_checkpoint._state import full_model_state, full_optimizer_state, split_optimizer_state
+    from lr_checkpoint._state.state_dicts import full_model_state, full_optimizer_state, split_optimizer_state
     from safetensors.torch import load_file
 
     full_model = full_model_state(model)
@@ -105,8 +105,8 @@ def failed_copy_in_a_gather_fails_alike(work: Path, model: torch.nn.Module, rank
     """Rank 0 fails to copy one tensor of the gathered file, between two tensors still to gather:
     it keeps gathering with the others (no rank waits forever in a gather), then every rank
     raises, and no file is left."""
-    from lr_checkpoint._gathered import write_gathered
-    from lr_checkpoint._state import local_model_state
+    from lr_checkpoint._state.gathered import write_gathered
+    from lr_checkpoint._state.state_dicts import local_model_state
 
     tensors = dict(local_model_state(model))
     odd = torch.ones(3)

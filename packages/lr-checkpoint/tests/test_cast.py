@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lr_checkpoint._cast import FLOATING, cast_into
+from lr_checkpoint._formats.cast import FLOATING, cast_into
 
 
 def _values() -> torch.Tensor:

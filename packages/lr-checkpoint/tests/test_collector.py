@@ -1,4 +1,4 @@
-"""Python's garbage collector stays out of a save and a load (`_dist.collector_paused`).
+"""Python's garbage collector stays out of a save and a load (`_ranks.collector_paused`).
 
 A full collection of a process that imported torch takes a fifth of a second on the
 benchmark machine, and inside a collective save or load every other rank waits for the

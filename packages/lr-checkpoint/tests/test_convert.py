@@ -163,9 +163,9 @@ def test_every_io_mode_and_buffer_size_writes_the_same_file(copy_step, tmp_path:
     """A buffered writer (where O_DIRECT is refused) and buffers smaller than a tensor (pieces
     split inside tensors, at unaligned offsets) write the file the default conversion writes."""
     from lr_checkpoint._convert import _specs
-    from lr_checkpoint._dcp_meta import read_whole_dcp_metadata
-    from lr_checkpoint._dcp_stream import dcp_safetensors_body
-    from lr_checkpoint._st_file import write_safetensors_body
+    from lr_checkpoint._formats.dcp.metadata import read_whole_dcp_metadata
+    from lr_checkpoint._formats.dcp.stream import dcp_safetensors_body
+    from lr_checkpoint._formats.safetensors.body import write_safetensors_body
 
     root = copy_step("fsdp_dcp")
     written = lc.convert_checkpoint(root, dtype="fp16")
@@ -184,8 +184,8 @@ def test_a_layout_lr_never_writes_still_converts(ckpt_runs: Path, tmp_path: Path
     import shutil
 
     from lr_checkpoint._convert import _specs
-    from lr_checkpoint._dcp_meta import read_whole_dcp_metadata
-    from lr_checkpoint._dcp_stream import _plan, _Whole
+    from lr_checkpoint._formats.dcp.metadata import read_whole_dcp_metadata
+    from lr_checkpoint._formats.dcp.stream import _plan, _Whole
 
     root = tmp_path / "000001"
     shutil.copytree(ckpt_runs / "foreign" / "000001", root)

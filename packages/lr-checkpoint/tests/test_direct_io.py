@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lr_checkpoint._dcp_stream import _Files
-from lr_checkpoint._direct_io import ALIGN, DirectWriter, aligned_buffer
+from lr_checkpoint._formats.dcp.stream import _Files
+from lr_checkpoint._io.direct_io import ALIGN, DirectWriter, aligned_buffer
 
 
 def test_reads_any_range_up_to_the_end_of_the_file(tmp_path: Path) -> None:

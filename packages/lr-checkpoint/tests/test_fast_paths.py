@@ -44,8 +44,8 @@ def test_resume_convert_and_verify_give_the_same_tensors_with_the_fast_paths_off
     assert StepFiles(slow).model.read_bytes() == StepFiles(fast).model.read_bytes()
 
     from lr_checkpoint._convert import _specs
-    from lr_checkpoint._dcp_meta import read_whole_dcp_metadata
-    from lr_checkpoint._dcp_stream import _plan, _Whole
+    from lr_checkpoint._formats.dcp.metadata import read_whole_dcp_metadata
+    from lr_checkpoint._formats.dcp.stream import _plan, _Whole
 
     monkeypatch.setenv("LR_CHECKPOINT_FAST_PATHS", "0")
     meta = read_whole_dcp_metadata(StepFiles(slow).model_dcp)
@@ -78,8 +78,8 @@ def test_a_record_the_fast_reader_does_not_know_is_read_by_the_fallback_and_said
     got = load_file(str(step.model))
     assert sorted(got) == sorted(weights) and all(torch.equal(got[k], v) for k, v in weights.items())
     # resume's direct reader (DCP planning, bytes into the destination) falls back the same way
-    load = ("import sys, torch; from pathlib import Path; from lr_checkpoint._dcp_meta import read_whole_dcp_metadata; "
-            "from lr_checkpoint._dcp_read import load_dcp_batch; "
+    load = ("import sys, torch; from pathlib import Path; from lr_checkpoint._formats.dcp.metadata import read_whole_dcp_metadata; "
+            "from lr_checkpoint._formats.dcp.read import load_dcp_batch; "
             f"got = load_dcp_batch(read_whole_dcp_metadata(Path({str(step.model_dcp)!r})), ['a', 'b', 'rows']); "
             "expected = {'a': torch.arange(12, dtype=torch.float32).reshape(3, 4), 'b': torch.linspace(0, 1, 20).reshape(4, 5), "
             "'rows': torch.ones(6, 2)}; sys.exit(0 if all(torch.equal(got[k], v) for k, v in expected.items()) else 5)")

@@ -12,13 +12,22 @@ from pathlib import Path
 import pytest
 
 from lr_checkpoint import CheckpointError, resolve_step_dir
-from lr_checkpoint._dcp_meta import read_dcp_metadata
+from lr_checkpoint._formats.dcp.metadata import read_dcp_metadata
 from lr_config.st_format import TensorSpec, build_header, read_header
 from lr_config import ConfigError
 
 
 def test_import_does_not_import_torch() -> None:
     code = "import sys, lr_checkpoint; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_the_torch_free_modules_import_no_torch() -> None:
+    """The converter, inspect, resume phase 1 and the CLI run without torch: neither they nor
+    the sub-package `__init__` files on their way import a module that needs it."""
+    light = ["lr_checkpoint.cli", "lr_checkpoint._convert", "lr_checkpoint._inspect", "lr_checkpoint._resume",
+             "lr_checkpoint._formats.safetensors.body", "lr_checkpoint._io.checksums", "lr_checkpoint._ranks"]
+    code = f"import importlib, sys; [importlib.import_module(m) for m in {light!r}]; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

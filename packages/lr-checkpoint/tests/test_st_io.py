@@ -14,10 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lr_checkpoint import CheckpointError
-from lr_checkpoint._checksums import ChecksumCheck, _chunks, _digest, write_checksums
-from lr_checkpoint._sha import StreamHasher
-from lr_checkpoint._st_read import read_tensors
-from lr_checkpoint._st_writer import write_tensor_dict
+from lr_checkpoint._formats.safetensors.read import read_tensors
+from lr_checkpoint._formats.safetensors.write import write_tensor_dict
+from lr_checkpoint._io.checksums import ChecksumCheck, _chunks, _digest, write_checksums
+from lr_checkpoint._io.hashing import StreamHasher
 
 
 def mixed() -> dict[str, torch.Tensor]:
@@ -163,7 +163,7 @@ def test_the_direct_dcp_reader_matches_dcp_own_reader(tmp_path: Path) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-    from lr_checkpoint._dcp_direct import DirectFileSystemReader
+    from lr_checkpoint._formats.dcp.direct import DirectFileSystemReader
 
     base = torch.arange(100, dtype=torch.float32)
     state = {
@@ -212,7 +212,7 @@ def test_the_direct_reader_never_runs_a_hostile_item_pickle(tmp_path: Path) -> N
     import io
     import pickle
 
-    from lr_checkpoint._torch_save import locate
+    from lr_checkpoint._formats.torch_save import locate
 
     genuine = io.BytesIO()
     torch.save(torch.zeros(4), genuine)

@@ -1,4 +1,4 @@
-"""`_torch_save.locate`, lr's own parse of a `torch.save` archive (a zip file), against the
+"""`_formats.torch_save.locate`, lr's own parse of a `torch.save` archive (a zip file), against the
 stdlib's `zipfile` reading the same bytes, on archives torch writes, on their zip64 form,
 and on damaged ones (never an exception, never a range outside the item); and
 `read_stored`, which reads an archive front to back and must agree with `locate`."""
@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lr_checkpoint._torch_save import _EDGE, Stored, _guess, locate, read_stored
+from lr_checkpoint._formats.torch_save import _EDGE, Stored, _guess, locate, read_stored
 
 PREFIX = 7  # the item starts at this offset of its file, as DCP items after the first do
 

@@ -1,4 +1,4 @@
-"""Writeback started while a file is written (`_writeback`): advice to the kernel that
+"""Writeback started while a file is written (`_io.writeback`): advice to the kernel that
 never changes a byte, and that turns itself off where it is refused."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lr_checkpoint._direct_io import DirectWriter
-from lr_checkpoint._writeback import WRITEBACK_BYTES, Writeback, WritebackFile, start_writeback
+from lr_checkpoint._io.direct_io import DirectWriter
+from lr_checkpoint._io.writeback import WRITEBACK_BYTES, Writeback, WritebackFile, start_writeback
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
 
@@ -71,7 +71,7 @@ def test_dcp_shards_are_the_bytes_dcp_writes(tmp_path: Path) -> None:
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save
 
-    from lr_checkpoint._dcp_write import WritebackFileSystemWriter
+    from lr_checkpoint._formats.dcp.write import WritebackFileSystemWriter
 
     torch.manual_seed(0)
     state = {"big": torch.randn(WRITEBACK_BYTES // 4 + 1000), "small": torch.arange(10), "half": torch.randn(64, 64).to(torch.bfloat16)}

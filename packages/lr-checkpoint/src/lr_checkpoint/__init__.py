@@ -31,6 +31,16 @@ read_training_step, read_resume_state, inspect_checkpoint and the dataclasses st
 (for the TUI), and so does convert_checkpoint (it copies shard bytes; only a layout lr never
 writes, or `delete_dcp`'s check, goes through DCP and torch); the other names import torch
 on first use.
+
+`CheckpointError`, the one user-facing error, is `lr_config.CheckpointError`, a
+`ConfigError` (every lr CLI prints it and exits 2), defined beside the checkpoint layout so
+that torch-free readers raise it too.
+
+The modules: the verbs here (`_save`, `_resume` phase 1, `_load` phase 2, `_convert`,
+`_inspect`, `_verify`, `_request` for the data they take and return, `_ranks` for rank
+helpers, `cli`); the files of a checkpoint in `_formats/` (`safetensors/`, `dcp/`, `torch_save`, `cast`, `json_files`,
+`fast_paths`); moving bytes to and from disk in `_io/` (`checksums`, `hashing`, `direct_io`,
+`writeback`); the training process's side in `_state/` (`state_dicts`, `gathered`, `rng`).
 """
 
 from __future__ import annotations
@@ -38,20 +48,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from lr_config import CheckpointError
 from lr_config.layout import list_step_dirs, model_weights_file, resolve_step_dir
 
-from ._errors import CheckpointError
 from ._inspect import inspect_checkpoint
 from ._request import ResumeState, SaveRequest
 from ._resume import read_resume_state, read_training_step
 
 if TYPE_CHECKING:
     from ._convert import convert_checkpoint
-    from ._gather import gather_model_state_dict
+    from ._formats.safetensors.write import write_tensor_dict
     from ._load import load_model_and_optimizer
-    from ._rng import capture_rng_state, restore_rng
     from ._save import pending_save, save_checkpoint, wait_for_pending_save, wait_for_staging
-    from ._st_writer import write_tensor_dict
+    from ._state.rng import capture_rng_state, restore_rng
+    from ._state.state_dicts import gather_model_state_dict
     from ._verify import verify_checkpoint
 
 __all__ = [
@@ -78,17 +88,17 @@ __all__ = [
 ]
 
 _HEAVY = {
-    "capture_rng_state": "._rng",
+    "capture_rng_state": "._state.rng",
     "convert_checkpoint": "._convert",
-    "gather_model_state_dict": "._gather",
+    "gather_model_state_dict": "._state.state_dicts",
     "load_model_and_optimizer": "._load",
     "pending_save": "._save",
-    "restore_rng": "._rng",
+    "restore_rng": "._state.rng",
     "save_checkpoint": "._save",
     "verify_checkpoint": "._verify",
     "wait_for_pending_save": "._save",
     "wait_for_staging": "._save",
-    "write_tensor_dict": "._st_writer",
+    "write_tensor_dict": "._formats.safetensors.write",
 }
 
 

@@ -2,12 +2,15 @@
 
 One process, no process group, no GPU, and no torch: the safetensors header is built from
 the DCP metadata alone, then the shards' tensor bytes are copied (and cast) through three
-reused buffers (`_dcp_stream`; the output is written with direct I/O where the filesystem
-takes it), so memory holds a few buffers. The file is written under a temporary name,
+reused buffers (`_formats.dcp.stream`; the output is written with direct I/O where the
+filesystem takes it), so memory holds a few buffers. The file is written under a temporary name,
 checked with `safe_open`, then renamed. Nothing existing is touched unless asked:
 an existing model.safetensors needs `overwrite`, and the shards are deleted
 (`delete_dcp`) only after every tensor of the new file compared equal to them. The
 step folder's checksums.json follows: the new file is added, deleted shards dropped.
+
+`check_convert_request` reads no tensor: the CLI calls it first, so a bad request fails before
+any work is done.
 """
 
 from __future__ import annotations
@@ -15,18 +18,36 @@ from __future__ import annotations
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from lr_config import CheckpointError
 from lr_config.layout import StepFiles, resolve_step_dir
 from lr_config.st_format import TensorSpec
 
-from ._cast import FLOATING
-from ._checksums import read_checksums, update_checksums
-from ._convert_check import EXPORT_DTYPES, check_convert_request
-from ._dcp_meta import DcpMetadata, read_whole_dcp_metadata
-from ._dcp_stream import dcp_safetensors_body
-from ._errors import CheckpointError
-from ._st_file import write_safetensors_body
+from ._formats.cast import FLOATING
+from ._formats.dcp.metadata import DcpMetadata, read_whole_dcp_metadata
+from ._formats.dcp.stream import dcp_safetensors_body
+from ._formats.safetensors.body import write_safetensors_body
+from ._io.checksums import read_checksums, update_checksums
 
-__all__ = ["convert_checkpoint"]
+__all__ = ["EXPORT_DTYPES", "check_convert_request", "convert_checkpoint"]
+
+EXPORT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def check_convert_request(files: StepFiles, dtype: str, overwrite: bool, delete_dcp: bool) -> None:
+    """What `convert` refuses before it reads anything: a bad dtype, a lossy delete, a folder
+    without shards or a refused overwrite (the CLI calls it first, to fail fast)."""
+    if dtype not in EXPORT_DTYPES:
+        raise CheckpointError(f"--dtype: expected one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
+    if delete_dcp and dtype != "fp32":
+        raise CheckpointError(
+            "--delete_dcp=true needs --dtype=fp32: the DCP shards are the only full-precision copy of the weights"
+        )
+    if not files.has_model_dcp():
+        already = " (it already has model.safetensors)" if files.model.is_file() else ""
+        raise CheckpointError(f"{files.root}: has no DCP model shards ({files.model_dcp.name}/) to convert{already}")
+    if files.model.exists() and not overwrite:
+        raise CheckpointError(f"{files.model}: already exists; pass --overwrite=true to replace it")
 
 
 def _target_dtype(saved: str, dtype: str) -> str:
@@ -44,7 +65,7 @@ def _check_equal(path: Path, meta: DcpMetadata, specs: list[TensorSpec], shown: 
     import torch
     from safetensors import safe_open
 
-    from ._dcp_read import iter_dcp_tensors
+    from ._formats.dcp.read import iter_dcp_tensors
 
     with safe_open(str(path), framework="pt") as f:
         for (key, tensor), spec in zip(iter_dcp_tensors(meta, [s.name for s in specs]), specs):

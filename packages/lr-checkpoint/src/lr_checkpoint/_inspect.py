@@ -12,12 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lr_config import ConfigError
+from lr_config import CheckpointError, ConfigError
 from lr_config.layout import StepFiles, resolve_step_dir
 from lr_config.st_format import read_header
 
-from ._dcp_meta import read_dcp_metadata
-from ._errors import CheckpointError
+from ._formats.dcp.metadata import read_dcp_metadata
 from ._resume import read_training_step
 
 __all__ = ["inspect_checkpoint", "tensor_sources"]

@@ -24,17 +24,17 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+from lr_config import CheckpointError
 from lr_config.layout import StepFiles, resolve_step_dir
 from lr_config.st_format import read_header
 
-from ._dcp_meta import read_whole_dcp_metadata
-from ._dcp_read import load_in_place
-from ._dist import collector_paused, run_on_every_rank, run_on_main
-from ._checksums import ChecksumCheck
-from ._errors import CheckpointError
-from ._json_files import read_optimizer_json
-from ._st_read import read_local_shards, read_tensors
-from ._state import (
+from ._formats.dcp.metadata import read_whole_dcp_metadata
+from ._formats.dcp.read import load_in_place
+from ._formats.json_files import read_optimizer_json
+from ._formats.safetensors.read import read_local_shards, read_tensors
+from ._io.checksums import ChecksumCheck
+from ._ranks import collector_paused, run_on_every_rank, run_on_main
+from ._state.state_dicts import (
     is_sharded,
     join_optimizer_state,
     load_full_model_state,

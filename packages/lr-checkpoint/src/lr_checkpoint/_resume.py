@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lr_config import ConfigError, TrainingStep, load_training_step
+from lr_config import CheckpointError, ConfigError, TrainingStep, load_training_step
 from lr_config.layout import StepFiles, resolve_step_dir
 
-from ._errors import CheckpointError
-from ._json_files import read_json_object
+from ._formats.json_files import read_json_object
 from ._request import ResumeState
 
 __all__ = ["read_resume_state", "read_training_step"]

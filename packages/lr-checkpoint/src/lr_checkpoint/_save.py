@@ -7,7 +7,7 @@ In order:
    `checkpoints/.tmp-<step>-<token>/` (token broadcast, so every rank writes there);
 2. model data: DCP shards (every rank) and/or the gathered `model.safetensors` (a
    sharded model's tensors gathered one at a time on every rank, each written by the
-   main rank while the next is gathered: `_gathered`);
+   main rank while the next is gathered: `_state.gathered`);
 3. optimizer data, the same way: `optimizer_0/` DCP shards, or the gathered
    `optimizer_state.safetensors`; `optimizer_param_groups.json` either way;
 4. one main-rank block writes the single files: train_config.json, training_step.json,
@@ -49,18 +49,17 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_saver import async_save, save as dcp_save
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from lr_config import FileDigest, save_json, save_training_step, to_dict
+from lr_config import CheckpointError, FileDigest, save_json, save_training_step, to_dict
 from lr_config.layout import ADAPTER_WEIGHTS, LAST, TEMP_PREFIX, StepFiles, list_step_dirs, step_dir_name
 
-from ._checksums import write_checksums
-from ._dcp_write import WritebackFileSystemWriter
-from ._dist import broadcast_value, collector_paused, gather_values, pause_point, run_on_main
-from ._errors import CheckpointError
-from ._gathered import write_gathered
+from ._formats.dcp.write import WritebackFileSystemWriter
+from ._formats.safetensors.write import write_tensor_dict
+from ._io.checksums import write_checksums
 from ._request import SaveRequest
-from ._rng import capture_rng_state, encode_all_ranks
-from ._st_writer import write_tensor_dict
-from ._state import full_model_state, full_optimizer_state, is_sharded, local_model_state, local_optimizer_state, split_optimizer_state
+from ._state.gathered import write_gathered
+from ._ranks import broadcast_value, collector_paused, gather_values, pause_point, run_on_main
+from ._state.rng import capture_rng_state, encode_all_ranks
+from ._state.state_dicts import full_model_state, full_optimizer_state, is_sharded, local_model_state, local_optimizer_state, split_optimizer_state
 
 __all__ = ["effective_format", "pending_save", "save_checkpoint", "wait_for_pending_save", "wait_for_staging"]
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from lr_config import ConfigError, TrainingStep, load_train_config
+from lr_config import CheckpointError, ConfigError, TrainingStep, load_train_config
 from safetensors import safe_open
 from lr_config.layout import StepFiles, resolve_step_dir
 from lr_config.st_format import read_header
 
-from ._checksums import checksum_problems
-from ._dcp_meta import read_whole_dcp_metadata
-from ._dcp_read import dcp_batches, load_dcp_batch, load_dcp_tensor
-from ._errors import CheckpointError
-from ._json_files import read_json_object, read_optimizer_json
+from ._formats.dcp.metadata import read_whole_dcp_metadata
+from ._formats.dcp.read import dcp_batches, load_dcp_batch, load_dcp_tensor
+from ._formats.json_files import read_json_object, read_optimizer_json
+from ._io.checksums import checksum_problems
 from ._resume import read_training_step
 
 __all__ = ["verify_checkpoint"]

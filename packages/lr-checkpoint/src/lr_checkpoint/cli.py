@@ -28,7 +28,6 @@ from typing import Any
 from lr_config import VERSION_FLAG, ConfigError, check_repo_id, did_you_mean, split_flags, versions_text
 from lr_config.layout import CHECKPOINTS, LAST, MODEL_WEIGHTS, PRETRAINED, StepFiles, resolve_step_dir
 
-from ._convert_check import check_convert_request
 from ._inspect import inspect_checkpoint
 
 __all__ = ["main"]
@@ -121,9 +120,10 @@ def _run_convert(flags: dict[str, str]) -> int:
     step_dir = resolve_step_dir(_dir(flags))
     dtype, overwrite, delete_dcp = flags.get("dtype", "fp32"), _bool(flags, "overwrite"), _bool(flags, "delete_dcp")
     files = StepFiles(step_dir)
+    from ._convert import check_convert_request, convert_checkpoint  # numpy: only for convert
+
     check_convert_request(files, dtype, overwrite, delete_dcp)
     publish = _publish_argv(step_dir, flags)
-    from ._convert import convert_checkpoint  # imports torch: only once the request is sound
 
     before = _identity(files.model)
     try:

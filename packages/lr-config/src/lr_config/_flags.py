@@ -36,7 +36,7 @@ from typing import Any, Literal
 from ._configs import POLICY_TYPES, PolicyConfigBase, TrainConfig
 from ._errors import ConfigError, did_you_mean
 from ._files import load_train_config
-from .layout import CHECKPOINTS, LAST, PRETRAINED, TRAIN_CONFIG, last_train_config, run_folder_of
+from .layout import CHECKPOINTS, LAST, PRETRAINED, TRAIN_CONFIG, StepFiles, last_train_config, run_folder_of
 from ._policy_file import load_policy_config
 from ._serde import field_names_at, fields_of, from_dict, hints, policy_classes, to_dict, unwrap_optional
 
@@ -188,7 +188,7 @@ def _config_file(config_path: str, *, resume: bool = False) -> Path:
         if resume and (path / CHECKPOINTS).is_dir():  # a run folder: its own train_config.json is no checkpoint
             return _last_checkpoint(path / CHECKPOINTS, config_path)
         # a run folder, a checkpoint step folder (or `last`), or its pretrained_model/
-        inside = [path / TRAIN_CONFIG, path / PRETRAINED / TRAIN_CONFIG]
+        inside = [path / TRAIN_CONFIG, StepFiles(path).train_config]
         found = next((p for p in inside if p.exists()), None)
         if found is None:
             raise ConfigError(

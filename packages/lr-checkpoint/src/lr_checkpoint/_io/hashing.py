@@ -10,9 +10,9 @@ Saves take both digests (`checksums.json` holds both); resume's check needs only
 CRC-32 (`sha256=False`). The CRC-32 comes from zlib-ng: the same CRC as `zlib.crc32`, so
 every checksums.json written before stays valid, but folded with carry-less multiplies where
 the CPU has them. On the benchmark machine it runs at 9-10 GB/s per core, against 3.3 GB/s
-for the stdlib's zlib and 1.5 GB/s for SHA-256; on two cores the stdlib's CRC took about
-half the CPU time of a resume from the page cache (BENCHMARKS.md, notes of the seventh
-session).
+for the stdlib's zlib and 1.5 GB/s for SHA-256. On two cores, a two-rank resume from the
+page cache took 0.337 s with the stdlib's CRC, 0.248 s with zlib-ng's and 0.168 s with no
+check.
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lr_config import CheckpointError
 from lr_config.st_format import DTYPE_CODES, byte_size
-
-from ._errors import CheckpointError
 
 __all__ = ["DcpChunk", "DcpMetadata", "DcpStorage", "DcpTensor", "read_dcp_metadata", "read_whole_dcp_metadata", "shard_problems"]
 

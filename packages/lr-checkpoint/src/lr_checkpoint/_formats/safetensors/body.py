@@ -4,7 +4,8 @@ The header is built from `TensorSpec`s first, then the caller's pieces are appen
 memory holds what the caller holds (one tensor for the savers, a few reused buffers for the
 converter). The file is written under a temporary name, its SHA-256 and CRC-32 computed
 from the bytes as they go out, fsynced, read back by safetensors itself (names and shapes),
-then renamed into place. `_st_writer` feeds it tensors; the converter feeds it shard bytes.
+then renamed into place. `_formats.safetensors.write` feeds it tensors; the converter feeds it
+shard bytes.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from lr_config import FileDigest
+from lr_config import CheckpointError, FileDigest
 from lr_config.st_format import TensorSpec, build_header
 
-from ._direct_io import DirectWriter
-from ._errors import CheckpointError
-from ._sha import StreamHasher
+from ..._io.direct_io import DirectWriter
+from ..._io.hashing import StreamHasher
 
 __all__ = ["check_readable", "write_safetensors_body"]
 
@@ -66,7 +66,7 @@ def write_safetensors_body(
     made, so its memory must stay unchanged until the piece after the next is requested (a
     caller may reuse it then). The total must be what the header promised; safetensors then
     reads the file back (names, shapes) before it is renamed into place. `direct` writes
-    with O_DIRECT where the filesystem takes it (`_direct_io`). `before_rename(tmp)` runs on the
+    with O_DIRECT where the filesystem takes it (`_io.direct_io`). `before_rename(tmp)` runs on the
     complete file under its temporary name: whatever it raises leaves `path` as it was."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")

@@ -10,14 +10,14 @@ the 201 MB shards of the converter benchmark into one file: 1.07 s through the p
 0.49 s with `O_DIRECT` (three runs each, alternated). Direct I/O moves the bytes from two
 reused, page-aligned staging buffers to the disk instead.
 
-(The converter reads the shards through the page cache (`_dcp_stream`): shards written
-shortly before are read from memory, and a cold read with `O_DIRECT` measured no faster.)
+(The converter reads the shards through the page cache (`_formats.dcp.stream`): shards
+written shortly before are read from memory, and a cold read with `O_DIRECT` measured no faster.)
 
 `O_DIRECT` needs offsets, lengths and memory aligned to the device's block: the writer
 collects the stream in an aligned staging buffer, writes whole blocks, pads the last one
 and truncates the file to its true size. Where `O_DIRECT` does not exist or the filesystem
 refuses it at open, the same calls use plain buffered I/O, and the writer starts the
-writeback as it goes (`_writeback`), as the savers' writes do (they use it buffered, so
+writeback as it goes (`_io.writeback`), as the savers' writes do (they use it buffered, so
 that a load after a save finds the files in the page cache).
 """
 
@@ -29,7 +29,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from ._writeback import Writeback
+from .writeback import Writeback
 
 __all__ = ["ALIGN", "DirectWriter", "aligned_buffer", "round_up"]
 
@@ -64,7 +64,7 @@ class DirectWriter:
     fills the other, so the disk writes while the caller reads and copies the next bytes (an
     `O_DIRECT` write returns only once the disk has the bytes). A failed write raises from
     the `write` or `finish` call after it. Buffered: the bytes go to the page cache at once,
-    and their writeback is started as they go (`_writeback`)."""
+    and their writeback is started as they go (`_io.writeback`)."""
 
     def __init__(self, path: Path, staging_bytes: int = 8 << 20, direct: bool = True) -> None:
         self._fd, self.direct = _open_direct(path, os.O_WRONLY, direct)

@@ -4,22 +4,23 @@ FSDP2 and HSDP shard every tensor along dim 0, so a tensor of lr's DCP folders i
 row blocks; laid end to end in row order, the blocks' bytes are the whole tensor's bytes,
 which is what safetensors stores. So the converter does not rebuild tensors: it copies byte
 ranges of the shard files (each block's bytes inside its `torch.save` record, found by
-`_torch_save.locate`) into reused buffers, casting them on the way when the export dtype
+`_formats.torch_save.locate`) into reused buffers, casting them on the way when the export dtype
 differs, and hands those buffers to the writer. A read runs in a worker thread one buffer
 ahead of the writer, so reading the shards (from the disk, for a checkpoint written earlier)
 overlaps writing and hashing the output.
 
 The shards are read through the page cache, not with `O_DIRECT` as the output is written
-(`_direct_io`): a conversion right after training finds the shards it reads in memory,
+(`_io.direct_io`): a conversion right after training finds the shards it reads in memory,
 where a direct read goes to the disk again. Measured with `tools/bench/converter.py`'s
 checkpoint (201 MB), fresh processes alternated, medians: the conversion took 0.36 s
 buffered against 0.59 s direct with the shards in the page cache (8 pairs), and 0.61
 against 0.64 s with them dropped from it (10 pairs).
 
-None of this imports torch (`_torch_save` finds the bytes, `_cast` casts them), so
-`lr-checkpoint convert` runs without torch's 3 s and 600 MB import. A tensor stored any
-other way (chunks along another dim, DCP storage transforms, a record this reader does not
-recognise) is loaded whole through DCP (`load_dcp_tensor`, which imports torch), then cast.
+None of this imports torch (`_formats.torch_save` finds the bytes, `_formats.cast` casts
+them), so `lr-checkpoint convert` runs without torch's 3 s and 600 MB import. A tensor
+stored any other way (chunks along another dim, DCP storage transforms, a record this
+reader does not recognise) is loaded whole through DCP (`load_dcp_tensor`, which imports
+torch), then cast.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from lr_config.st_format import TensorSpec, itemsize
 
-from ._cast import FLOATING, cast_into
-from ._dcp_meta import DcpChunk, DcpMetadata, DcpStorage
-from ._direct_io import aligned_buffer
-from ._fast_paths import enabled as fast_paths_enabled, fell_back
-from ._torch_save import locate
+from ..._io.direct_io import aligned_buffer
+from ..cast import FLOATING, cast_into
+from ..fast_paths import enabled as fast_paths_enabled, fell_back
+from ..torch_save import locate
+from .metadata import DcpChunk, DcpMetadata, DcpStorage
 
 __all__ = ["dcp_safetensors_body"]
 
@@ -194,8 +195,8 @@ def _whole_tensor(meta: DcpMetadata, piece: _Whole) -> memoryview:
     """A tensor through DCP (torch), for the stored layouts the byte copy does not take."""
     import torch
 
-    from ._dcp_read import load_dcp_tensor
-    from ._st_read import memory_of
+    from .read import load_dcp_tensor
+    from ..safetensors.read import memory_of
 
     tensor = load_dcp_tensor(meta.folder, piece.key, meta.tensors[piece.key])
     return memory_of(tensor.to(getattr(torch, piece.target)).contiguous())

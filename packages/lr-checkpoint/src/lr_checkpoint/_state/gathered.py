@@ -28,8 +28,8 @@ from torch.distributed.tensor import DTensor
 from lr_config import FileDigest
 from lr_config.st_format import TensorSpec
 
-from ._dist import is_main, run_on_main
-from ._st_writer import spec_of, write_safetensors
+from .._formats.safetensors.write import spec_of, write_safetensors
+from .._ranks import is_main, run_on_main
 
 __all__ = ["write_gathered"]
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lr_config import read_json_object as json_object
-
-from ._errors import CheckpointError
+from lr_config import CheckpointError, read_json_object as json_object
 
 __all__ = ["OPTIMIZER_JSON_VERSION", "read_json_object", "read_optimizer_json"]
 

@@ -2,7 +2,7 @@
 
 `safetensors.torch.save_file` needs every tensor in memory at once and refuses tensors
 that share storage. This writer checks each tensor against the header's `TensorSpec` and
-hands its bytes to `_st_file.write_safetensors_body` (header first, then the bytes as they
+hands its bytes to `body.write_safetensors_body` (header first, then the bytes as they
 arrive, atomic rename), so memory holds one tensor at a time and tied weights need no
 special case (the savers).
 """
@@ -17,8 +17,8 @@ import torch
 from lr_config import FileDigest
 from lr_config.st_format import TensorSpec
 
-from ._st_file import write_safetensors_body
-from ._st_read import memory_of
+from .body import write_safetensors_body
+from .read import memory_of
 
 __all__ = ["spec_of", "write_safetensors", "write_tensor_dict"]
 

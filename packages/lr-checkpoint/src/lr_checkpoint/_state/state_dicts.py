@@ -28,13 +28,15 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
-from ._dist import is_distributed, is_main
-from ._errors import CheckpointError
-from ._json_files import OPTIMIZER_JSON_VERSION
+from lr_config import CheckpointError
+
+from .._formats.json_files import OPTIMIZER_JSON_VERSION
+from .._ranks import is_distributed, is_main
 
 __all__ = [
     "full_model_state",
     "full_optimizer_state",
+    "gather_model_state_dict",
     "is_sharded",
     "join_optimizer_state",
     "load_full_model_state",
@@ -75,6 +77,17 @@ def full_model_state(model: nn.Module, trainable_only: bool = False) -> dict[str
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
     state = get_model_state_dict(model, options=options)
     return _tensors_only(state, "model state") if is_main() else {}
+
+
+def gather_model_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Collective: the full CPU state dict (FQN keys, master dtype) on the main rank, {} elsewhere.
+
+    The public gather of full model weights (lr-publish uses it). Works for plain,
+    DDP-wrapped and fully_shard-ed modules, with or without a process group. Every rank must
+    call it. Tensors of a module that is not distributed may share memory with its live
+    parameters: copy them before changing the module.
+    """
+    return full_model_state(model)
 
 
 def local_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

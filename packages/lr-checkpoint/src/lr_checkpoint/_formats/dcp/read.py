@@ -23,10 +23,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
-from ._dcp_direct import DirectFileSystemReader
-from ._dcp_meta import DcpMetadata, DcpTensor
-from ._errors import CheckpointError
-from ._fast_paths import enabled as fast_paths_enabled
+from lr_config import CheckpointError
+
+from ..fast_paths import enabled as fast_paths_enabled
+from .direct import DirectFileSystemReader
+from .metadata import DcpMetadata, DcpTensor
 
 __all__ = ["dcp_batches", "iter_dcp_tensors", "load_dcp_batch", "load_dcp_tensor", "load_in_place"]
 
@@ -63,8 +64,7 @@ def load_in_place(state: dict[str, Any], folder: Path) -> None:
     global step of its default planner returns the plans unchanged. Under a process group DCP
     would still gather and scatter the pickled plans and end with an all-gather. Dropping
     those, with the main rank's shape check that the other ranks waited for, took the
-    benchmark's two-rank resume of 605 MB from the page cache from 0.249 to 0.221 s
-    (BENCHMARKS.md, notes of the seventh session)."""
+    benchmark's two-rank resume of 605 MB from the page cache from 0.249 to 0.221 s."""
     _load(state, folder)
 
 

@@ -17,10 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import safe_open
+from lr_config import CheckpointError
 from lr_config.layout import StepFiles
 from lr_config.st_format import read_header
-
-from ._errors import CheckpointError
 
 __all__ = ["capture_rng_state", "encode_all_ranks", "restore_rng"]
 

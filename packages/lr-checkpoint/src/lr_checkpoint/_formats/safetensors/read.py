@@ -16,12 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from lr_config import FileDigest
+from lr_config import CheckpointError, FileDigest
 from torch.distributed.tensor import DTensor
 from lr_config.st_format import DTYPE_CODES, read_header
 
-from ._errors import CheckpointError
-from ._sha import StreamHasher
+from ..._io.hashing import StreamHasher
 
 __all__ = ["CHUNK", "memory_of", "read_into", "read_local_shards", "read_tensors"]
 

@@ -4,7 +4,7 @@ DCP's `FileSystemReader` turns every stored item into a tensor with `torch.load`
 archive inside the shard file), into fresh memory, then copies the needed part into the
 destination: two copies and the page faults of new memory for every byte. Each stored item
 is a `torch.save` archive whose tensor bytes sit uncompressed in one record. This reader
-reads each archive front to back with `_torch_save.read_stored`, which finds that record
+reads each archive front to back with `_formats.torch_save.read_stored`, which finds that record
 (the archive's `data.pkl`, a few hundred bytes read by a restricted unpickler that accepts
 nothing but the tensor-rebuild call, and its directory, which confirms it), then:
 
@@ -32,9 +32,9 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
-from ._fast_paths import fell_back
-from ._st_read import memory_of
-from ._torch_save import Stored, read_stored
+from ..fast_paths import fell_back
+from ..safetensors.read import memory_of
+from ..torch_save import Stored, read_stored
 
 __all__ = ["DirectFileSystemReader"]
 

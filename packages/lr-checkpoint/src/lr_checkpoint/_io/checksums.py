@@ -18,10 +18,10 @@ CRC-32 (a checksums.json of version 1, before it had one).
   the threads that read ahead of the loader are its prefetch; without the copy they cost
   less and run further ahead (two-rank DCP load of the benchmark's checkpoint: what the
   check adds to a load from the page cache, 47 ms -> 33 ms; a cold load, 0.86 -> 0.91 of a
-  raw read; BENCHMARKS.md, fifteenth session). A file system that cannot map the file, or a file
-  shorter than its size at open, is read instead. A file truncated while its window is
-  mapped would end the process with SIGBUS; lr never truncates a saved file (retention and
-  `convert` delete whole files, which leaves an open mapping valid).
+  raw read; BENCHMARKS.md, section 3, has the load ratios). A file system that cannot map
+  the file, or a file shorter than its size at open, is read instead. A file truncated while
+  its window is mapped would end the process with SIGBUS; lr never truncates a saved file
+  (retention and `convert` delete whole files, which leaves an open mapping valid).
 - `checksum_problems(step_dir)` (one process, for verify) and `ChecksumCheck(step_dir)`
   (resume: started on every rank before the load so the hashing overlaps it, then
   `finish()`, collective) name each file that is missing, has another size, or another
@@ -43,11 +43,10 @@ from io import FileIO
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from lr_config import Checksums, ConfigError, FileDigest, load_checksums, save_checksums
+from lr_config import CheckpointError, Checksums, ConfigError, FileDigest, load_checksums, save_checksums
 
-from ._dist import broadcast_value, gather_values, is_main, rank, run_on_main, world_size
-from ._errors import CheckpointError
-from ._sha import crc32, crc32_hex
+from .._ranks import broadcast_value, gather_values, is_main, rank, run_on_main, world_size
+from .hashing import crc32, crc32_hex
 
 if TYPE_CHECKING:
     import torch.distributed as dist

@@ -12,9 +12,11 @@ during the copy and the final fsync has only the last piece left. Where there is
 `sync_file_range` (not Linux), or it fails (a filesystem that refuses it), nothing is
 asked and the fsync does all of the work, as it would without this module.
 
-Used by the safetensors savers (`_direct_io.DirectWriter`, buffered) and by the DCP shard
-writer (`_dcp_write.WritebackFileSystemWriter`). The reasoning and the measurements are in
-BENCHMARKS.md ("What was changed").
+Used by the safetensors savers (`_io.direct_io.DirectWriter`, buffered) and by the DCP shard
+writer (`_formats.dcp.write.WritebackFileSystemWriter`). Measured on the benchmark machine
+with a hint every 16 MiB: a single-process save of 604 MB took 0.72 s instead of 0.90 s
+(64 MiB: 0.75 s), a two-rank FSDP2 `safetensors_dcp` save 1.39 s instead of 1.76 s, and a
+`dcp` save 0.83 s instead of 0.90 s; the files are byte-identical.
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from lr_config import CheckpointError
+
 if TYPE_CHECKING:
     import torch.distributed as dist
-
-from ._errors import CheckpointError
 
 __all__ = [
     "barrier",
@@ -70,9 +70,10 @@ def collector_paused() -> Iterator[None]:
     model, one took 170-190 ms on the benchmark machine, and it starts wherever the
     allocation count happens to cross its threshold. Inside a collective save or load, the
     rank it hits arrives that much later at the next agreement and every other rank waits:
-    the first two-rank DCP loads of a process lost 0.17-0.19 s to one (a third of the load;
-    BENCHMARKS.md, notes of the fourteenth session). A save or load creates few objects
-    that outlive it, so nothing piles up meanwhile; a collection due starts after the block."""
+    the first two-rank DCP loads of a process lost 0.17-0.19 s to one (from the page cache
+    they took 0.28-0.38 s; with the collector paused, 0.16-0.17 s). A save or load creates
+    few objects that outlive it, so nothing piles up meanwhile; a collection due starts after
+    the block."""
     was_on = gc.isenabled()
     gc.disable()
     try:

@@ -2,7 +2,7 @@
 
 `FileSystemWriter` writes each rank's `.distcp` file through `self.fs.create_stream`, then
 fsyncs it. `WritebackFileSystemWriter` only swaps the file under that stream for a
-`_writeback.WritebackFile`, so the disk writes the shard while the rest of it is still being
+`_io.writeback.WritebackFile`, so the disk writes the shard while the rest of it is still being
 serialized, and the fsync waits for the last piece only. Everything else (planning,
 metadata, threads, async saves) is DCP's own.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 
-from ._writeback import WritebackFile
+from ..._io.writeback import WritebackFile
 
 __all__ = ["WritebackFileSystemWriter"]
 

@@ -2,18 +2,19 @@
 
 Two readers exist only for speed, and both read what `torch.save` writes inside a DCP shard
 file (a zip archive, its `data.pkl`) instead of asking torch: resume's direct reader
-(`_dcp_direct`, tensor bytes straight into their destination) and the converter's byte-range
-copy (`_dcp_stream`, through `_torch_save.locate`). Each has a fallback through torch's public
-API: DCP's own `FileSystemReader`, and a whole-tensor DCP load. A record such a reader does
-not recognise (a torch version that lays its archives out otherwise) goes to the fallback,
-which is slower and gives the same tensors; the process says so once, on stderr, and goes on.
+(`_formats.dcp.direct`, tensor bytes straight into their destination) and the converter's
+byte-range copy (`_formats.dcp.stream`, through `_formats.torch_save.locate`). Each has a
+fallback through torch's public API: DCP's own `FileSystemReader`, and a whole-tensor DCP
+load. A record such a reader does not recognise (a torch version that lays its archives out
+otherwise) goes to the fallback, which is slower and gives the same tensors; the process
+says so once, on stderr, and goes on.
 
 `LR_CHECKPOINT_FAST_PATHS=0` switches both readers off: every read then takes the fallback.
 The tests run resume, convert and verify that way too, so the fallback is exercised by CI
 and not only where a new torch makes it needed.
 
-The restricted unpickler of DCP's `.metadata` (`_dcp_meta`) is not a fast path but a guard:
-it has no switch and never falls back to `pickle`.
+The restricted unpickler of DCP's `.metadata` (`_formats.dcp.metadata`) is not a fast path
+but a guard: it has no switch and never falls back to `pickle`.
 """
 
 from __future__ import annotations
