@@ -2,22 +2,23 @@
 
 DCP stores each tensor chunk as a `torch.save` archive: a zip file of uncompressed
 records, `<name>/data.pkl` (a small pickle that rebuilds the tensor) and
-`<name>/data/<key>` (the storage's raw bytes). `locate` parses the zip structures it needs
-itself, from the archive's first and last 4 KiB (two reads, which hold the whole directory,
-`data.pkl`, `byteorder` and the local headers in torch's archives; anything elsewhere is
-read where it is): the end-of-directory record (zip64 too), the directory, each record's
-local header for where its bytes start, and `data.pkl` with a restricted unpickler that
-accepts nothing but the tensor-rebuild call and the storage class names (no code in the
-file runs). The records it reads whole (`byteorder`, `data.pkl`) must match their CRC-32.
-The result is the byte offset, dtype and shape of a plain little-endian contiguous tensor,
-or None for anything else (an archive it does not recognise included); callers then leave
-the item to DCP's own loader, which is slower but takes any archive torch writes.
+`<name>/data/<key>` (the storage's raw bytes). `locate` reads the archive's first and last
+4 KiB (two reads, which hold the whole directory, `data.pkl`, `byteorder` and the local
+headers in torch's archives; anything elsewhere is read where it is), lets `zipfile` parse
+the directory (end records, zip64 too) from them, then reads each needed record's local
+header for where its bytes start, and `data.pkl` with a restricted unpickler that accepts
+nothing but the tensor-rebuild call and the storage class names (no code in the file runs).
+The records it reads whole (`byteorder`, `data.pkl`) must match their CRC-32. The result is
+the byte offset, dtype and shape of a plain little-endian contiguous tensor, or None for
+anything else (an archive it does not recognise included); callers then leave the item to
+DCP's own loader, which is slower but takes any archive torch writes.
 
-Why not `zipfile`: a resume locates every stored chunk, about a hundred per rank for the
-benchmark's model. With `zipfile` (its directory parse and two `ZipExtFile` reads through a
-buffered window of the file) that took 148 us per chunk, 14 ms of a 0.22 s two-rank load
-from the page cache; this parse takes 45 us (15 alternated rounds over the benchmark
-checkpoint's 168 chunks).
+The directory goes through `zipfile`, not a parser of lr's own: over 168 archives of the
+checkpoint benchmark's size, `locate` takes 108 us per archive that way against 67 us with
+a hand-written directory parser (median of 15 alternated rounds from the page cache), about
+7 ms per two-rank load: too little to carry a second zip reader. What stays lr's own is what
+`zipfile` has no call for: finding the local header of one record and reading its bytes in
+place, with no `ZipExtFile` and no copy.
 
 The converter (`_formats.dcp.stream`, no torch) uses `locate`. Resume's direct reader
 (`_formats.dcp.direct`) uses `read_stored`, which reads an archive front to back, its
@@ -32,6 +33,7 @@ import math
 import os
 import pickle
 import struct
+import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,11 +57,6 @@ _STORAGE_DTYPES = {
     "BoolStorage": "bool",
 }
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # a zip local file header, 30 bytes
-_CENTRAL = struct.Struct("<4s6H3L5H2L")  # a central directory entry, 46 bytes
-_EOCD = struct.Struct("<4s4H2LH")  # the end-of-central-directory record, 22 bytes
-_ZIP64_LOCATOR = struct.Struct("<4sLQL")  # 20 bytes, just before the end-of-directory record
-_ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")  # the zip64 end-of-directory record, 56 bytes
-_SATURATED = 0xFFFFFFFF  # a 32-bit field whose value is in the zip64 extra field
 _EDGE = 4 << 10  # bytes read at each end of an archive
 _MAX_DIRECTORY = 1 << 20
 
@@ -166,65 +163,54 @@ class _Archive:
         return got
 
 
-def _directory(archive: _Archive) -> tuple[int, int, int]:
-    """(entries, offset, size) of the central directory, from the end-of-directory record (or
-    its zip64 twin where a field is saturated). An archive comment or several disks: not ours."""
-    end = archive.length - _EOCD.size
-    sig, disk, dir_disk, here, entries, size, offset, comment = _EOCD.unpack(archive.read(end, _EOCD.size))
-    if sig != b"PK\x05\x06" or comment or disk or dir_disk or here != entries:
-        raise _NotPlain("no end-of-directory record at the end")
-    if _SATURATED in (size, offset) or entries == 0xFFFF:
-        sig, _, at, disks = _ZIP64_LOCATOR.unpack(archive.read(end - _ZIP64_LOCATOR.size, _ZIP64_LOCATOR.size))
-        if sig != b"PK\x06\x07" or disks > 1:
-            raise _NotPlain("no zip64 locator")
-        sig, _, _, _, disk, dir_disk, here, entries, size, offset = _ZIP64_EOCD.unpack(archive.read(at, _ZIP64_EOCD.size))
-        if sig != b"PK\x06\x06" or disk or dir_disk or here != entries:
-            raise _NotPlain("no zip64 end-of-directory record")
-    return entries, offset, size
+class _ArchiveFile(io.RawIOBase):
+    """The archive as a read-only seekable file, for `zipfile` to read its directory from
+    (through `_Archive.read`: the end records and the directory sit in the tail already read).
+    No read is larger than a directory a tensor archive can have."""
 
+    def __init__(self, archive: _Archive) -> None:
+        super().__init__()
+        self.archive, self.pos = archive, 0
 
-def _zip64_fields(extra: bytes, file_size: int, size: int, header: int) -> tuple[int, int, int]:
-    """The sizes and header offset of an entry, from its zip64 extra field where the 32-bit
-    ones are saturated (the field holds, in that order, only the saturated ones)."""
-    saturated = [value == _SATURATED for value in (file_size, size, header)]
-    at = 0
-    while at + 4 <= len(extra):
-        tag, length = struct.unpack_from("<2H", extra, at)
-        body = extra[at + 4 : at + 4 + length]
-        at += 4 + length
-        if tag != 1:
-            continue
-        if len(body) < 8 * sum(saturated):
-            break
-        wide = iter(struct.unpack_from(f"<{sum(saturated)}Q", body))
-        file_size, size, header = (next(wide) if s else v for s, v in zip(saturated, (file_size, size, header)))
-        return file_size, size, header
-    raise _NotPlain("a saturated size without its zip64 field")
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.archive.length}[whence] + offset
+        if pos < 0:
+            raise OSError("a seek before the archive's start")
+        self.pos = pos
+        return pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        left = max(0, self.archive.length - self.pos)
+        count = left if size is None or size < 0 else min(size, left)
+        if count > _MAX_DIRECTORY:
+            raise _NotPlain("the directory is too big for a tensor archive")
+        data = self.archive.read(self.pos, count)
+        self.pos += len(data)
+        return data
 
 
 def _records(archive: _Archive) -> dict[bytes, _Record]:
     """Records by their name below the archive's one top-level folder (the last entry of a
-    name wins, as with zipfile)."""
-    entries, offset, directory_size = _directory(archive)
-    if directory_size > _MAX_DIRECTORY:
-        raise _NotPlain("the directory is too big for a tensor archive")
-    data = archive.read(offset, directory_size)
+    name wins), from the directory as `zipfile` reads it."""
+    with zipfile.ZipFile(_ArchiveFile(archive)) as zf:
+        infos = zf.infolist()
     out = {}
-    at = 0
-    for _ in range(entries):
-        if at + _CENTRAL.size > len(data):
-            raise _NotPlain("the directory is cut short")
-        sig, _, _, flags, method, _, _, crc, size, file_size, name_len, extra_len, comment_len, _, _, _, header = _CENTRAL.unpack_from(data, at)
-        begin = at + _CENTRAL.size
-        name = data[begin : begin + name_len]
-        at = begin + name_len + extra_len + comment_len
-        if sig != b"PK\x01\x02" or at > len(data) or flags & 0x1:  # bit 0: encrypted
-            raise _NotPlain("a bad directory entry")
-        if _SATURATED in (file_size, size, header):
-            file_size, size, header = _zip64_fields(data[begin + name_len : begin + name_len + extra_len], file_size, size, header)
+    for info in infos:
+        if info.flag_bits & 0x1:  # encrypted
+            raise _NotPlain("an encrypted record")
+        name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
         top, _, rest = name.partition(b"/")
         if top and rest:
-            out[rest] = _Record(name, method, crc, size, file_size, header)
+            out[rest] = _Record(name, info.compress_type, info.CRC, info.compress_size, info.file_size, info.header_offset)
     return out
 
 
@@ -248,7 +234,8 @@ def _content(archive: _Archive, record: _Record, limit: int) -> bytes:
     return data
 
 
-_ERRORS = (_NotPlain, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, OSError, OverflowError, struct.error)
+_ERRORS = (_NotPlain, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, OSError, OverflowError, struct.error,
+           zipfile.BadZipFile)
 
 
 def _tensor_meta(data_pkl: io.BytesIO) -> tuple[_Rebuilt, str, str] | None:
