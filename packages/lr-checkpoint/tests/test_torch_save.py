@@ -268,3 +268,17 @@ def test_a_damaged_archive_read_front_to_back_agrees_with_locate(tmp_path_factor
     if found is not None:
         assert PREFIX <= found.start and found.start + found.nbytes <= PREFIX + len(damaged)
         assert data == bytes(damaged[found.start - PREFIX : found.start - PREFIX + found.nbytes])
+
+
+def test_a_directory_zipfile_refuses_is_no_answer_not_an_error(tmp_path: Path) -> None:
+    """zipfile raises NotImplementedError (not BadZipFile) for an entry that needs a newer zip
+    version than it reads: the item goes to DCP's loader like any archive the parser does not take."""
+    archive = bytearray(archive_of(torch.randn(5, 3)))
+    entry = archive.index(b"PK\x01\x02")
+    archive[entry + 6 : entry + 8] = (64).to_bytes(2, "little")  # version needed to extract: 6.4
+    assert locate_bytes(tmp_path, bytes(archive)) is None
+    fd = os.open(tmp_path / "item.distcp", os.O_RDONLY)
+    try:
+        assert read_stored(fd, PREFIX, len(archive), lambda stored: memoryview(bytearray(stored.nbytes))) is None
+    finally:
+        os.close(fd)

@@ -201,8 +201,11 @@ class _ArchiveFile(io.RawIOBase):
 def _records(archive: _Archive) -> dict[bytes, _Record]:
     """Records by their name below the archive's one top-level folder (the last entry of a
     name wins), from the directory as `zipfile` reads it."""
-    with zipfile.ZipFile(_ArchiveFile(archive)) as zf:
-        infos = zf.infolist()
+    try:
+        with zipfile.ZipFile(_ArchiveFile(archive)) as zf:
+            infos = zf.infolist()
+    except Exception as exc:  # whatever zipfile makes of a damaged directory (NotImplementedError for a bad version field too)
+        raise _NotPlain(f"zipfile cannot read the directory: {type(exc).__name__}") from None
     out = {}
     for info in infos:
         if info.flag_bits & 0x1:  # encrypted
@@ -234,8 +237,7 @@ def _content(archive: _Archive, record: _Record, limit: int) -> bytes:
     return data
 
 
-_ERRORS = (_NotPlain, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, OSError, OverflowError, struct.error,
-           zipfile.BadZipFile)
+_ERRORS = (_NotPlain, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, OSError, OverflowError, struct.error)
 
 
 def _tensor_meta(data_pkl: io.BytesIO) -> tuple[_Rebuilt, str, str] | None:
