@@ -42,6 +42,21 @@ from ._configs import (
     TrackioConfig,
     TrainConfig,
 )
+from ._eval import (
+    EVAL_INFO_VERSION,
+    EpisodeResult,
+    EvalAggregate,
+    EvalConfig,
+    EvalEnvConfig,
+    EvalInfo,
+    EvalPolicyConfig,
+    EvalRunConfig,
+    format_eval_help,
+    load_eval_info,
+    parse_eval_config,
+    save_eval_info,
+    wilson_interval,
+)
 from ._env_guard import ALLOW_ENV, ALLOW_ENVS, apply_accelerate_env, check_accelerate_env, refused_accelerate_vars
 from ._errors import CheckpointError, ConfigError, did_you_mean
 from ._files import (
@@ -80,6 +95,19 @@ from ._versions import VERSION_FLAG, versions_text
 __all__ = [
     "VERSION_FLAG",
     "versions_text",
+    "EVAL_INFO_VERSION",
+    "EpisodeResult",
+    "EvalAggregate",
+    "EvalConfig",
+    "EvalEnvConfig",
+    "EvalInfo",
+    "EvalPolicyConfig",
+    "EvalRunConfig",
+    "format_eval_help",
+    "load_eval_info",
+    "parse_eval_config",
+    "save_eval_info",
+    "wilson_interval",
     "ADAPTER_BASE_VERSION",
     "AdapterBase",
     "ALLOW_ENV",

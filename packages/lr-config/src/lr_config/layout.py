@@ -31,6 +31,7 @@ __all__ = [
     "ADAPTER_CONFIG",
     "ADAPTER_WEIGHTS",
     "CHECKPOINTS",
+    "EVAL_INFO",
     "LAST",
     "METRICS",
     "MODEL_DCP",
@@ -67,6 +68,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 RUN_STATUS = "run.json"
 METRICS = "metrics.jsonl"
+EVAL_INFO = "eval_info.json"
 
 _WHAT_TO_PASS = (
     "pass a step folder such as <output_dir>/checkpoints/000100, its pretrained_model/, "

@@ -1,4 +1,5 @@
-"""`lr-engine train [--flags]`: the training entry point, single process or under torchrun.
+"""`lr-engine train [--flags]`: the training entry point, single process or under torchrun;
+`lr-engine eval [--flags]`: a policy rolled out in the demo task (one process, `_eval.py`).
 
 Exit codes (the same on every rank, so a launcher's code says the same):
 - 0: finished its --steps;
@@ -29,7 +30,8 @@ from ._streams import guard_streams
 EXIT_STOPPED = 3
 
 USAGE = """usage: lr-engine train [--name=value ...]   (lr-engine train --help lists every flag)
-       lr-engine launch [torchrun options] train [--name=value ...]   (torchrun, quietly, with lr's exit codes)"""
+       lr-engine launch [torchrun options] train [--name=value ...]   (torchrun, quietly, with lr's exit codes)
+       lr-engine eval --policy.path=FOLDER_OR_REPO_ID [--name=value ...]   (success rate in the demo task)"""
 
 
 _PEER_GRACE_S = 10.0
@@ -68,10 +70,33 @@ def _command(argv: list[str]) -> list[str] | int:
         from ._launcher import launch
 
         return launch(argv[1:])
+    if argv[0] == "eval":
+        return _eval(argv[1:])
     if argv[0] != "train":
-        _error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], ['train', 'launch'])}\n{USAGE}")
+        _error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], ['train', 'launch', 'eval'])}\n{USAGE}")
         return 2
     return argv[1:]
+
+
+def _eval(flags: list[str]) -> int:
+    """`lr-engine eval`: one process; exit 0, or 2 with one message for a flag or file to fix."""
+    from lr_config import format_eval_help, parse_eval_config
+
+    if "--help" in flags or "-h" in flags:
+        print(format_eval_help())
+        return 0
+    try:
+        cfg = parse_eval_config(flags)  # before torch is imported: a bad flag exits at once
+        from ._eval import run_eval
+
+        run_eval(cfg)
+    except ConfigError as exc:
+        _error(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    return 0
 
 
 def run(argv: list[str]) -> int:

@@ -51,15 +51,35 @@ def demo_root(repo_id: str) -> Path:
     return cache_dir() / "datasets" / repo_id
 
 
-def _expert_episode(rng: np.random.Generator, length: int) -> dict[str, np.ndarray]:
+MAX_SPEED = 0.6
+"""The largest velocity command on each axis (the expert's, and the action space's bound)."""
+
+
+def start_positions(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """An episode's (agent, target) start, drawn in that order, each uniform in [-1, 1]^2."""
     agent = rng.uniform(-1.0, 1.0, size=2)
     target = rng.uniform(-1.0, 1.0, size=2)
+    return agent, target
+
+
+def expert_action(agent: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The scripted expert's velocity command (works on [..., 2] arrays)."""
+    return np.clip(1.5 * (target - agent), -MAX_SPEED, MAX_SPEED)
+
+
+def move(agent: np.ndarray, action: np.ndarray) -> np.ndarray:
+    """The task's dynamics: where the agent is one frame after the velocity command `action`."""
+    return np.clip(agent + np.clip(action, -MAX_SPEED, MAX_SPEED) / FPS * 3.0, -1.0, 1.0)
+
+
+def _expert_episode(rng: np.random.Generator, length: int) -> dict[str, np.ndarray]:
+    agent, target = start_positions(rng)
     states, actions = [], []
     for _ in range(length):
-        action = np.clip(1.5 * (target - agent), -0.6, 0.6)
+        action = expert_action(agent, target)
         states.append(agent.copy())
         actions.append(action)
-        agent = np.clip(agent + action / FPS * 3.0, -1.0, 1.0)
+        agent = move(agent, action)
     env = np.repeat(target[None, :], length, axis=0)
     return {
         "observation.state": np.asarray(states, dtype=np.float32),
@@ -69,7 +89,7 @@ def _expert_episode(rng: np.random.Generator, length: int) -> dict[str, np.ndarr
 
 
 @dataclass(frozen=True)
-class _Cameras:
+class Cameras:
     """The image features to write: camera names, frame size, and PNG or video storage."""
 
     names: tuple[str, ...] = ()
@@ -81,7 +101,7 @@ class _Cameras:
         return [f"observation.images.{name}" for name in self.names]
 
 
-def _render(state: np.ndarray, target: np.ndarray, cams: _Cameras, camera: int) -> np.ndarray:
+def render(state: np.ndarray, target: np.ndarray, cams: Cameras, camera: int) -> np.ndarray:
     """The scene as camera `camera` sees it: later cameras look mirrored, on a lighter floor."""
     img = np.full((cams.height, cams.width, 3), 24 + 40 * (camera % 5), dtype=np.uint8)
     size = np.array([cams.width - 1, cams.height - 1])
@@ -103,11 +123,11 @@ def _png(img: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _camera_frames(episodes: list[dict[str, np.ndarray]], cams: _Cameras, camera: int) -> np.ndarray:
+def _camera_frames(episodes: list[dict[str, np.ndarray]], cams: Cameras, camera: int) -> np.ndarray:
     """uint8 (frames, H, W, 3) of one camera over all episodes, in dataset order."""
     return np.stack(
         [
-            _render(state, target, cams, camera)
+            render(state, target, cams, camera)
             for ep in episodes
             for state, target in zip(ep["observation.state"], ep["observation.environment_state"])
         ]
@@ -134,7 +154,7 @@ def _vector_feature(dim: int, names: list[str]) -> dict[str, Any]:
     return {"dtype": "float32", "shape": [dim], "names": names}
 
 
-def _video_info(cams: _Cameras) -> dict[str, Any]:
+def _video_info(cams: Cameras) -> dict[str, Any]:
     """A video feature's `info` block, as LeRobot 0.6.1 writes it for its default encoder."""
     from .video import SVTAV1_PRESET
 
@@ -156,7 +176,7 @@ def _video_info(cams: _Cameras) -> dict[str, Any]:
     }
 
 
-def _image_feature(cams: _Cameras) -> dict[str, Any]:
+def _image_feature(cams: Cameras) -> dict[str, Any]:
     feat: dict[str, Any] = {
         "dtype": "video" if cams.video else "image",
         "shape": [cams.height, cams.width, 3],
@@ -167,7 +187,7 @@ def _image_feature(cams: _Cameras) -> dict[str, Any]:
     return feat
 
 
-def _features(cams: _Cameras) -> dict[str, Any]:
+def _features(cams: Cameras) -> dict[str, Any]:
     feats: dict[str, Any] = {
         "observation.state": _vector_feature(2, ["x", "y"]),
         "observation.environment_state": _vector_feature(2, ["target_x", "target_y"]),
@@ -180,7 +200,7 @@ def _features(cams: _Cameras) -> dict[str, Any]:
     return feats
 
 
-def _cameras(with_images: bool, video: bool, cameras: tuple[str, ...], image_height: int, image_width: int) -> _Cameras:
+def _cameras(with_images: bool, video: bool, cameras: tuple[str, ...], image_height: int, image_width: int) -> Cameras:
     if video and not with_images:
         raise ValueError("video=True stores the camera images as video: pass with_images=True too")
     if with_images and (not cameras or len(set(cameras)) != len(cameras)):
@@ -188,7 +208,7 @@ def _cameras(with_images: bool, video: bool, cameras: tuple[str, ...], image_hei
     if image_height < 8 or image_width < 8:
         raise ValueError(f"image size {image_height}x{image_width}: both sides must be at least 8 pixels")
     names = tuple(cameras) if with_images else ()
-    return _Cameras(names=names, height=image_height, width=image_width, video=video)
+    return Cameras(names=names, height=image_height, width=image_width, video=video)
 
 
 def demo_features(
