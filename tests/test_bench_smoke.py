@@ -31,6 +31,7 @@ CASES = [
     ("gpu_throughput", []),
     ("data_loading", []),
     ("verify_scaling", []),
+    ("eval_success", []),
 ]
 
 
