@@ -22,6 +22,7 @@ from ._configs import doc, sub
 from ._errors import ConfigError
 from ._flags import _decode, _leaf_docs, _set, _type_at, split_flags
 from ._serde import from_dict, load_json, save_json, to_dict
+from .layout import PRETRAINED
 
 __all__ = [
     "EVAL_INFO_VERSION",
@@ -44,7 +45,7 @@ EVAL_INFO_VERSION = 1
 
 @dataclass
 class EvalPolicyConfig:
-    path: str | None = doc(None, "A checkpoint step folder, its pretrained_model/, a run folder (its final model), or a Hub repo id (user/name).")
+    path: str | None = doc(None, f"A checkpoint step folder, its {PRETRAINED}/, a run folder (its final model), or a Hub repo id (user/name).")
     pretrained_revision: str | None = doc(None, "With a Hub repo id: the branch, tag or commit to download.")
     baseline: Literal["expert", "random"] | None = doc(None, "Instead of a trained policy: the scripted expert, or uniformly random actions.")
     device: Literal["auto", "cpu", "cuda"] = doc("auto", "Where the policy runs (auto: cuda when available).")
