@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
+from lr_config.layout import CHECKPOINTS, TRAIN_CONFIG, list_step_dirs  # noqa: E402
 
 SMOKE_TRAIN = ["--steps=4", "--save_freq=2", "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--batch_size=4"]
 
@@ -51,11 +52,11 @@ def main() -> None:
         env = C.bench_env({"LR_CACHE_DIR": str(Path(tmp) / "cache")}) if args.smoke else C.bench_env()
         C.run_checked([sys.executable, "-m", "lr_engine.cli", "train", f"--output_dir={run}", *(SMOKE_TRAIN if args.smoke else [])],
                       timeout=3600, env=env)
-        config = json.loads((run / "train_config.json").read_text())
+        config = json.loads((run / TRAIN_CONFIG).read_text())
         rows = []
-        steps = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+        steps = [p.name for p in list_step_dirs(run / CHECKPOINTS)]
         for step in steps[-1:] if args.smoke else steps:
-            info = _eval([f"--policy.path={run / 'checkpoints' / step}"], Path(tmp) / f"eval_{step}", episodes)
+            info = _eval([f"--policy.path={run / CHECKPOINTS / step}"], Path(tmp) / f"eval_{step}", episodes)
             rows.append(_row(f"demo run, step {int(step)}", info))
         expert = _eval(["--policy.baseline=expert"], Path(tmp) / "expert", episodes)
         random = _eval(["--policy.baseline=random"], Path(tmp) / "random", episodes)
