@@ -5,9 +5,10 @@
 Each version runs in the project's environment with torch swapped by uv
 (`uv run --with torch==X`: an overlay environment; the lock and `.venv` stay as they are).
 `locked` is the version in uv.lock. The tests are lr-checkpoint's own (saves, loads and
-reshards of every format, DCP `.metadata` read by the restricted unpickler, the torch.save
-archive reader, convert, verify) and the resume/convert tests with the fast paths switched off
-(`tests/test_fast_paths.py`): what torch's private formats meet when another torch wrote them.
+reshards of every format in real processes, DCP `.metadata` read by the restricted unpickler,
+the torch.save archive reader, resume and convert with the fast paths on and off, convert,
+verify) and `tests/test_security.py` (what the restricted unpickler refuses): what lr's
+readers of torch's private formats meet when another torch wrote the files.
 
 Prints one Markdown row per version (torch, passed, failed, seconds), ready for the README's
 compatibility table, and exits 1 when any version failed. It downloads the torch wheels it
@@ -26,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOWEST = "2.9.0"
-TESTS = ["packages/lr-checkpoint/tests", "tests/test_fast_paths.py"]
+TESTS = ["packages/lr-checkpoint/tests", "tests/test_security.py"]
 
 
 def locked_torch() -> str:
