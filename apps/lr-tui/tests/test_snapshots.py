@@ -1,5 +1,7 @@
 """Snapshots of each view at 100x30 (and Launch at 80x24, where the footer must fit, also with a
-focused field), the help and the resume screen, on the checked-in sample run.
+focused field), the help and the resume screen, on the checked-in sample run; the Monitor's
+list of the runs found under `outputs/train` at 80x24 and 120x40 (run folders written in a
+temporary folder, with fixed times).
 
 The sample folder (`sample_run/`, made by `tui_support.build_sample_run`) is opened by a
 relative path from this folder, the plan comes from a fixed stand-in, and the launchers'
@@ -16,11 +18,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tui_support import FixedHardware, app_ready, sample_planner, tables_settled, wait_until, write_run_status
+from tui_support import GONE_PID, FixedHardware, app_ready, make_run, sample_planner, tables_settled, wait_until, write_run_status
 
 from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._app import LrApp
 from lr_tui._screens.resume import ResumeScreen
+from lr_tui._views.monitor import MonitorView
 
 HERE = Path(__file__).parent
 
@@ -148,3 +151,60 @@ def test_hardware_view(snap_compare):
 
     app = LrApp(plan_runner=None, hardware=FixedHardware(), hardware_interval=0.05)
     assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
+
+
+def found_runs(folder: Path) -> LrApp:
+    """Four runs under `folder`/outputs/train, one each: running (on another host: no pid to
+    check), stale (its pid is gone on this host), failed and finished; DDP, HSDP, FSDP2, single."""
+    import socket
+
+    root = folder / "outputs" / "train"
+    make_run(root / "2026-03-04" / "18-30-00_act", started="2026-03-04T18:30:00+00:00", step=200, steps=300,
+             flags=("--parallelism.dp_replicate=4",), world_size=4)
+    make_run(root / "2026-03-04" / "09-10-00_mlp", started="2026-03-04T09:10:00+00:00", step=70, pid=GONE_PID, hostname=socket.gethostname(),
+             flags=("--policy.type=mlp", "--parallelism.dp_replicate=2", "--parallelism.dp_shard=4"), world_size=8)
+    make_run(root / "2026-03-02" / "22-00-00_act", started="2026-03-02T22:00:00+00:00", status="failed", step=30, steps=1000,
+             flags=("--parallelism.dp_shard=2",), world_size=2)
+    make_run(root / "2026-02-27" / "11-45-00_mlp", started="2026-02-27T11:45:00+00:00", status="finished", step=100, steps=100,
+             flags=("--policy.type=mlp",))
+    return LrApp(plan_runner=None, runs=[Path("outputs") / "train"], list_interval=0.05, poll_interval=0.05, hardware=FixedHardware())
+
+
+async def runs_listed(pilot) -> MonitorView:  # type: ignore[no-untyped-def]
+    await app_ready(pilot)
+    await pilot.press("2")
+    monitor = pilot.app.monitor_view
+    await wait_until(pilot, lambda: monitor.query_one("#runs").row_count == 4, what="the four runs")
+    return monitor
+
+
+async def settled(pilot, monitor: MonitorView) -> None:  # type: ignore[no-untyped-def]
+    """Stop the polls, so no update lands between the settled tables and the snapshot."""
+    pilot.app.workers.cancel_group(monitor, "tail")
+    pilot.app.workers.cancel_group(monitor, "runs")
+    await wait_until(pilot, lambda: tables_settled(pilot.app), what="the tables' column widths")
+    await wait_until(pilot, lambda: all(w.is_finished for w in pilot.app.workers if w.group in ("tail", "runs")), what="the polls to stop")
+    await pilot.pause()
+
+
+def test_monitor_run_list_80x24(snap_compare, tmp_path, monkeypatch):
+    """Nothing watched yet: the runs found, newest first, the first highlighted."""
+    monkeypatch.chdir(tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settled(pilot, await runs_listed(pilot))
+
+    assert snap_compare(found_runs(tmp_path), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_monitor_run_list_120x40_watching_one(snap_compare, tmp_path, monkeypatch):
+    """Enter on the newest run watches it: its charts, latest values and processes (on another host)."""
+    monkeypatch.chdir(tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        monitor = await runs_listed(pilot)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(monitor.records) == 20 and bool(monitor.states), what="the watched run")
+        await settled(pilot, monitor)
+
+    assert snap_compare(found_runs(tmp_path), terminal_size=(120, 40), run_before=run_before)

@@ -61,23 +61,61 @@ def write_metrics(path: Path, steps: list[int]) -> None:
     path.write_text("".join(metrics_line(s) for s in steps))
 
 
-def write_run_status(run_dir: Path, *, status: str = "running", step: int = 200, steps: int = 300, error: str | None = None) -> None:
+def write_run_status(
+    run_dir: Path,
+    *,
+    status: str = "running",
+    step: int = 200,
+    steps: int = 300,
+    error: str | None = None,
+    pid: int = 0,
+    hostname: str = "sample-host",
+    started: str = "2025-01-01T12:00:00",
+    world_size: int = 2,
+) -> None:
     save_run_status(
         run_dir / "run.json",
         RunStatus(
             status=status,  # type: ignore[arg-type]
-            pid=0,
-            hostname="sample-host",
-            started="2025-01-01T12:00:00",
+            pid=pid,
+            hostname=hostname,
+            started=started,
             updated="2025-01-01T12:00:09",  # 0.045 s per step, the pace of metrics_record
             output_dir=run_dir.name,
             job_name="act",
             step=step,
             steps=steps,
-            world_size=2,
+            world_size=world_size,
             error=error,
         ),
     )
+
+
+GONE_PID = 2**30
+"""A pid no process has (above Linux's largest pid_max): a run.json "running" with it on this host is stale."""
+
+
+def make_run(
+    run_dir: Path,
+    *,
+    started: str,
+    status: str = "running",
+    step: int = 20,
+    steps: int = 100,
+    flags: tuple[str, ...] = (),
+    world_size: int = 1,
+    pid: int = 0,
+    hostname: str = "other-host",
+) -> Path:
+    """A run folder as lr-engine leaves it (no checkpoints): run.json, train_config.json and
+    metrics up to `step` (every 10 steps)."""
+    from lr_config.layout import METRICS, TRAIN_CONFIG
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_json(run_dir / TRAIN_CONFIG, to_dict(parse_train_config([f"--output_dir={run_dir}", *flags])))
+    write_metrics(run_dir / METRICS, list(range(10, step + 1, 10)))
+    write_run_status(run_dir, status=status, step=step, steps=steps, pid=pid, hostname=hostname, started=started, world_size=world_size)
+    return run_dir
 
 
 def write_weights(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]]) -> None:

@@ -1,16 +1,17 @@
-"""`lr-tui [OUTPUT_DIR ...]`: build launches, watch and control runs, browse checkpoints.
+"""`lr-tui [--runs=DIR ...] [OUTPUT_DIR ...]`: build launches, watch and control runs, browse checkpoints.
 
 Five views in tabs (keys 1-5): Launch, Monitor, Checkpoints, Logs, Hardware; `?` shows
-every key and ctrl+p the command palette. Opening with OUTPUT_DIRs lists them in the
-Monitor (a launch from an earlier session reattaches) and watches the first. The app never
-imports torch: it reads files and /proc and runs lr's CLIs as subprocesses.
+every key and ctrl+p the command palette. The Monitor lists the runs under `outputs/train`
+(lr-engine's default) and each `--runs=DIR`; opening with OUTPUT_DIRs lists them too (a
+launch from an earlier session reattaches) and watches the first. The app never imports
+torch: it reads files and /proc and runs lr's CLIs as subprocesses.
 """
 
 from __future__ import annotations
 
 import argparse
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -24,6 +25,7 @@ from lr_config import VERSION_FLAG, versions_text
 
 from ._hardware import HardwareSource, HostHardware
 from ._keymap import APP_BINDINGS
+from ._run_list import RUNS_ROOT
 from ._screens.help import HelpScreen
 from ._views.launch import LaunchView, PlanRunner, run_plan
 from ._widgets.deferred import Deferred
@@ -57,8 +59,14 @@ class LrApp(App[None]):
         stop_grace: float = 30.0,
         hardware: HardwareSource | None = None,
         hardware_interval: float = 1.0,
+        runs: Sequence[Path] | None = None,
+        list_interval: float = 2.0,
     ) -> None:
+        """`runs`: the folders whose runs the Monitor lists (None: `outputs/train`, lr-engine's
+        default); `list_interval`: seconds between two reads of that list."""
         super().__init__()
+        self.run_roots = list(runs) if runs is not None else None
+        self.list_interval = list_interval
         self.run_dirs = [run_dir] if isinstance(run_dir, Path) else list(run_dir or [])
         self.run_dir = self.run_dirs[0] if self.run_dirs else None
         self.plan_runner = plan_runner
@@ -79,8 +87,15 @@ class LrApp(App[None]):
         if name == "monitor":
             from ._views.monitor import MonitorView
 
+            from . import _run_list
+
             return MonitorView(
-                poll_interval=self.poll_interval, stop_grace=self.stop_grace, launch_spec=lambda: self.launch_view.plan.spec, id="monitor-view"
+                poll_interval=self.poll_interval,
+                stop_grace=self.stop_grace,
+                launch_spec=lambda: self.launch_view.plan.spec,
+                run_roots=_run_list.DEFAULT_RUN_ROOTS if self.run_roots is None else self.run_roots,
+                list_interval=self.list_interval,
+                id="monitor-view",
             )
         if name == "checkpoints":
             from ._views.checkpoints import CheckpointsView
@@ -165,7 +180,11 @@ class LrApp(App[None]):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id == "checkpoints" and self.checkpoints_view.is_mounted:
-            self.checkpoints_view.action_refresh()
+            selected = self.monitor_view.selected_run if self.monitor_view.is_mounted else None
+            if selected is not None and selected != self.checkpoints_view.run_dir:
+                self.checkpoints_view.open_run(selected)  # the run highlighted in the Monitor
+            else:
+                self.checkpoints_view.action_refresh()
         self.call_after_refresh(self._focus_active_view)
 
     def _focus_active_view(self) -> None:
@@ -209,6 +228,10 @@ class LrApp(App[None]):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="lr-tui", description=__doc__.splitlines()[0])
     parser.add_argument("output_dir", nargs="*", type=Path, help="run folders to list in the Monitor (the first is watched)")
+    parser.add_argument(
+        "--runs", action="append", default=[], metavar="DIR",
+        help=f"also list the runs under DIR in the Monitor (repeat it, or DIR,DIR; {RUNS_ROOT} always)",
+    )
     parser.add_argument("--stop-grace", type=float, default=30.0, help="seconds from SIGINT to SIGTERM when stopping a run (default 30)")
     parser.add_argument(VERSION_FLAG, action="store_true", help="print the versions of lr's packages and exit")
     args = parser.parse_args(argv)
@@ -218,4 +241,5 @@ def main(argv: list[str] | None = None) -> None:
     for run_dir in args.output_dir:  # a folder not made yet is fine: the Monitor waits for the run to start
         if run_dir.exists() and not run_dir.is_dir():
             parser.error(f"{run_dir} is a file, not a run folder; pass a run's output_dir (the folder of its run.json and metrics.jsonl)")
-    LrApp(args.output_dir, stop_grace=args.stop_grace).run()
+    roots = [RUNS_ROOT, *(Path(d) for arg in args.runs for d in arg.split(",") if d)]
+    LrApp(args.output_dir, stop_grace=args.stop_grace, runs=list(dict.fromkeys(roots))).run()

@@ -30,7 +30,7 @@ LAUNCH_BINDINGS: list[BindingType] = [
 ]
 
 MONITOR_BINDINGS: list[BindingType] = [
-    Binding("o", "open_run", "Open run", tooltip="watch another run folder (its launch reattaches)"),
+    Binding("o", "open_run", "Open run", tooltip="watch a run folder by path (its launch reattaches)"),
     Binding("x", "stop_run", "Stop", tooltip="stop: SIGINT, final checkpoint; x again: SIGTERM"),
     Binding("r", "resume_run", "Resume", tooltip="resume last: processes, dp, steps, ckpt format"),
     Binding("l", "show_log", "Log", tooltip="the run's combined log at its first error"),
@@ -71,7 +71,12 @@ def _rows(bindings: list[BindingType]) -> list[tuple[str, str]]:
 HELP: list[tuple[str, list[tuple[str, str]]]] = [
     ("Everywhere", _GLOBAL),
     ("Launch", _rows(LAUNCH_BINDINGS)),
-    ("Monitor", _rows(MONITOR_BINDINGS)),
+    ("Monitor", [
+        ("↑ ↓ / enter", "the runs found, newest first: move / watch one"),
+        *_rows(MONITOR_BINDINGS),
+        ("tab or →", "in the open dialog: complete the folder name"),
+        ("3", "the Checkpoints of the highlighted run"),
+    ]),
     ("Checkpoints", _rows(CHECKPOINT_BINDINGS)),
     ("Logs", _rows(LOG_BINDINGS)),
 ]

@@ -40,6 +40,7 @@ from lr_config import (
 from lr_config.layout import StepFiles
 
 from ._cli_tasks import launch_argv
+from ._run_list import RUNS_ROOT
 
 __all__ = [
     "FIELDS",
@@ -432,4 +433,4 @@ def default_output_dir(cfg: TrainConfig, now: datetime) -> Path:
 
     The TUI fills it in before launching, so that it knows which folder to monitor."""
     job = cfg.job_name or cfg.policy.type_name
-    return Path("outputs") / "train" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S}_{job}"
+    return RUNS_ROOT / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S}_{job}"

@@ -20,7 +20,7 @@ from ._metrics_tail import last_record
 from ._procs import process
 from ._series import format_duration
 
-__all__ = ["RunSummary", "eta_seconds", "log_tail", "newest_log", "summarize_run"]
+__all__ = ["RunSummary", "eta_seconds", "log_tail", "newest_log", "process_gone", "summarize_run"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ def eta_seconds(status: RunStatus, last: MetricsRecord | None = None) -> float |
     return elapsed / status.step * (status.steps - status.step)
 
 
-def _process_gone(status: RunStatus) -> bool:
+def process_gone(status: RunStatus) -> bool:
+    """run.json says running, on this host, and its pid is gone (or a zombie)."""
     if status.status != "running" or status.pid <= 0 or status.hostname != socket.gethostname():
         return False
     proc = process(status.pid)
@@ -77,7 +78,7 @@ def summarize_run(output_dir: Path) -> RunSummary:
     except ConfigError as exc:
         return RunSummary(state="unreadable run.json", error=str(exc))
     eta = eta_seconds(status, last_record(Path(output_dir) / METRICS) if status.status == "running" else None)
-    state = "stale (process gone)" if _process_gone(status) else status.status
+    state = "stale (process gone)" if process_gone(status) else status.status
     return RunSummary(
         state=state,
         step=status.step,

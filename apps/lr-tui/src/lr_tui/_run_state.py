@@ -36,7 +36,8 @@ class RunState:
 
     @property
     def status_cell(self) -> str:
-        return self.summary.state
+        """The state, short: `stale (process gone)` is `stale` in the run list."""
+        return "stale" if self.summary.state.startswith("stale") else self.summary.state
 
     @property
     def step_cell(self) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "ADAPTER_WEIGHTS",
     "CHECKPOINTS",
     "EVAL_INFO",
+    "EVAL_OUTPUTS",
     "LAST",
     "METRICS",
     "MODEL_DCP",
@@ -44,6 +45,7 @@ __all__ = [
     "TRAINING_STATE",
     "TRAINING_STEP",
     "TRAIN_CONFIG",
+    "TRAIN_OUTPUTS",
     "StepFiles",
     "last_train_config",
     "list_step_dirs",
@@ -69,6 +71,10 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 RUN_STATUS = "run.json"
 METRICS = "metrics.jsonl"
 EVAL_INFO = "eval_info.json"
+TRAIN_OUTPUTS = Path("outputs") / "train"
+"""Where a run goes without --output_dir: `<TRAIN_OUTPUTS>/<date>/<time>_<job>` (relative to the working folder)."""
+EVAL_OUTPUTS = Path("outputs") / "eval"
+"""Where `lr-engine eval` writes without --output_dir: `<EVAL_OUTPUTS>/<date>/<time>_<policy>`."""
 
 _WHAT_TO_PASS = (
     "pass a step folder such as <output_dir>/checkpoints/000100, its pretrained_model/, "

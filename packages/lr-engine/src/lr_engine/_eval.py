@@ -39,7 +39,7 @@ from lr_config import (
     save_eval_info,
     wilson_interval,
 )
-from lr_config.layout import EVAL_INFO, POLICY_CONFIG, PRETRAINED, RUN_STATUS, StepFiles
+from lr_config.layout import EVAL_INFO, EVAL_OUTPUTS, POLICY_CONFIG, PRETRAINED, RUN_STATUS, StepFiles
 
 from ._data.demo import FPS, MAX_SPEED, Cameras, expert_action, move, render, start_positions
 
@@ -261,7 +261,7 @@ def _output_dir(cfg: EvalRunConfig, label: str) -> Path:
         return out
     now = _dt.datetime.now()
     name = re.sub(r"[^\w.-]+", "_", label.rstrip("/").rpartition("/")[2] if "/" in label else label) or "policy"
-    return Path("outputs") / "eval" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{name}"
+    return EVAL_OUTPUTS / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{name}"
 
 
 def _device(cfg: EvalRunConfig) -> str:

@@ -36,7 +36,7 @@ from lr_config import (
     holds_a_run,
     load_policy_config,
 )
-from lr_config.layout import CHECKPOINTS, LAST, RUN_STATUS, TRAIN_CONFIG, last_train_config
+from lr_config.layout import CHECKPOINTS, LAST, RUN_STATUS, TRAIN_CONFIG, TRAIN_OUTPUTS, last_train_config
 from torch import nn
 
 from ._data.dataset import LeRobotDataset
@@ -59,7 +59,7 @@ def broadcast_object(value: Any, ctx: DistContext) -> Any:
 
 def default_output_dir(cfg: TrainConfig) -> Path:
     now = _dt.datetime.now()
-    return Path("outputs") / "train" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{cfg.job_name}"
+    return TRAIN_OUTPUTS / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{cfg.job_name}"
 
 
 def unusable_output(out: Path) -> str:

@@ -1,14 +1,20 @@
-"""The Monitor view: the runs of this session, one of them live, and control over them.
+"""The Monitor view: the runs found and those of this session, one of them live, and control over them.
 
-The runs table lists every run launched from this TUI and every output dir opened, once each
-(a folder opened again by another path, relative or absolute or through a link, is the same
-row, named as it was first), with its status (`run.json`), step and live processes
-(`run_state.read_run_state`: the launcher recorded in `logs/launch.json` and the processes
-below it, else run.json's pid; /proc). Enter on a row watches that run.
+The runs table lists, newest first, the runs found under the run roots (`outputs/train`, where
+lr-engine puts a run started without --output_dir, and each `lr-tui --runs=DIR`), and every run
+launched from this TUI or output dir opened (`o`, with folder-name completion), once each (a
+folder opened again by another path, relative or absolute or through a link, is the same row,
+named as it was first): status (`stale`: run.json says running but its pid is gone on this
+host), step, policy type, layout, last loss (`_run_list.RunFinder`, in a thread worker every
+`list_interval` seconds, re-reading only files whose mtime changed) and, for the runs of this
+session, their state as the watcher polls it (`run_state.read_run_state`: also "launch exited
+with code N", and the live processes on the status line: the launcher recorded in
+`logs/launch.json` and the processes below it, else run.json's pid; /proc). Enter on a row
+watches that run; the Checkpoints view opens on the highlighted one (`selected_run`).
 
 A thread worker polls every `poll_interval` seconds: the watched run's `metrics.jsonl`
 (`MetricsTail`) and combined log (`LogWatch`: new lines and their events), and the state
-of every listed run. The UI thread redraws the sparklines (loss, lr, grad_norm,
+of every run of this session. The UI thread redraws the sparklines (loss, lr, grad_norm,
 samples_per_s, downsampled to their width), the latest values, the status line, the events
 (with what to do about each) and, for a failed run, the tail of its log; the new log lines
 go to the Logs view through `MonitorView.LogUpdate`.
@@ -26,7 +32,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -50,8 +56,9 @@ from .._procs import all_processes
 from .._resume_plan import last_checkpoint, output_dir_override
 from .._run_control import STOP_STAGES, send_stop
 from .._run_info import RunSummary, log_tail
+from .._run_list import RunFinder, RunInfo, name_under
 from .._run_state import LogRead, LogWatch, RunState, read_run_state, run_liveness
-from .._screens.prompt import ChoicePrompt, TextPrompt
+from .._screens.prompt import ChoicePrompt, DirectorySuggester, TextPrompt
 from .._screens.resume import ResumeScreen
 from .._series import format_value
 from .._widgets.events_panel import EventsPanel
@@ -65,6 +72,9 @@ CHARTS = ("loss", "lr", "grad_norm", "samples_per_s")
 TABLE_FIELDS = ("step", "epoch", "samples", "loss", "lr", "grad_norm", "samples_per_s", "update_s", "dataloading_s", "mem_gb")
 QUIET_STATES = ("running", "finished", "stopped", "no run.json yet")
 """States whose log tail is not worth a panel (the events say what matters)."""
+NO_RUN = "no run watched: enter watches the highlighted run, o opens a folder"
+RUN_COLUMNS = ("run", "status", "step", "policy", "layout", "loss")
+"""80 columns wide; the watched run's processes are on the status line."""
 
 LaunchSpecSource = Callable[[], LaunchSpec | None]
 
@@ -108,10 +118,18 @@ class MonitorView(Vertical):
         poll_interval: float = 0.5,
         stop_grace: float = 30.0,
         launch_spec: LaunchSpecSource | None = None,
+        run_roots: Sequence[Path] = (),
+        list_interval: float = 2.0,
         id: str | None = None,
     ) -> None:
         super().__init__(id=id)
         self.poll_interval = poll_interval
+        self.run_roots = tuple(Path(r) for r in run_roots)
+        self.list_interval = list_interval
+        self.found: list[RunInfo] = []
+        """The last read of the run list (`RunFinder.read`), newest first."""
+        self.list_reads = 0
+        self._list_wake = threading.Event()
         self.stop_grace = stop_grace
         self.launch_spec = launch_spec or LaunchSpec
         self.run_dir: Path | None = None
@@ -135,7 +153,7 @@ class MonitorView(Vertical):
         runs: DataTable[str] = Table(id="runs", cursor_type="row")
         runs.border_title = "runs (enter: watch)"
         yield runs
-        yield Static("no run open: press o to open a run folder, or launch one", id="run-status", markup=False)
+        yield Static(NO_RUN, id="run-status", markup=False)
         with Horizontal(id="monitor-body"):
             with Vertical(id="charts"):
                 for metric in CHARTS:
@@ -148,12 +166,12 @@ class MonitorView(Vertical):
 
     def on_mount(self) -> None:
         self.query_one("#latest", DataTable).add_columns("metric", "value")
-        self.query_one("#runs", DataTable).add_columns("run", "status", "step", "processes")
+        self.query_one("#runs", DataTable).add_columns(*RUN_COLUMNS)
         self.query_one("#events", EventsPanel).show([])
-        for run_dir in self.run_dirs:
-            self._add_run_row(run_dir)
+        self._fill_runs()
         if self.run_dir is not None:
             self.open_run(self.run_dir, self.process)
+        self._list_runs()
 
     # --- which run ---------------------------------------------------------------------------
 
@@ -184,10 +202,19 @@ class MonitorView(Vertical):
 
     def _add_run_row(self, run_dir: Path) -> None:
         table = self.query_one("#runs", DataTable)
-        key = str(run_dir)
-        if key not in {str(k.value) for k in table.rows}:
-            table.add_row(key, "", "", "", key=key)
-        table.move_cursor(row=table.get_row_index(key))
+        self._fill_runs()
+        table.move_cursor(row=table.get_row_index(str(run_dir)))
+        self._list_wake.set()  # its run.json, train_config.json and loss soon
+
+    @property
+    def selected_run(self) -> Path | None:
+        """The run of the highlighted row of the run list, else the watched run."""
+        table = self.query_one("#runs", DataTable) if self.is_mounted else None
+        if table is not None and table.row_count and table.is_valid_row_index(table.cursor_row):
+            key = table.ordered_rows[table.cursor_row].key.value
+            if key is not None:
+                return Path(key)
+        return self.run_dir
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "runs" and event.row_key.value is not None:
@@ -196,6 +223,30 @@ class MonitorView(Vertical):
                 self.open_run(run_dir)
 
     # --- polling -----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="runs")
+    def _list_runs(self) -> None:
+        """Every `list_interval` seconds (or at once when a run is opened): the run list."""
+        worker = get_current_worker()
+        finder = RunFinder(self.run_roots)
+        last: list[RunInfo] | None = None
+        while not worker.is_cancelled:
+            self._list_wake.clear()
+            found = finder.read(self.run_dirs)
+            if found != last:
+                last = found
+                try:
+                    self.app.call_from_thread(self._apply_list, found)
+                except RuntimeError:  # the app is shutting down
+                    return
+            self._list_wake.wait(self.list_interval)
+
+    def _apply_list(self, found: list[RunInfo]) -> None:
+        if not self.query("#runs"):  # the app is closing
+            return
+        self.found = found
+        self.list_reads += 1
+        self._fill_runs()
 
     @work(thread=True, exclusive=True, group="tail")
     def _watch(self, run_dir: Path) -> None:
@@ -253,16 +304,36 @@ class MonitorView(Vertical):
 
     # --- drawing -----------------------------------------------------------------------------
 
+    def _run_rows(self) -> dict[str, tuple[str, ...]]:
+        """The run list's rows in order (key: the path): the runs of this session not read yet
+        first, then every run found, newest first; the session's runs with their live state."""
+        found = {info.path: info for info in self.found}
+        rows: dict[str, tuple[str, ...]] = {}
+        for path in [*(p for p in reversed(self.run_dirs) if p not in found), *found]:
+            info = found.get(path) or RunInfo(path, name_under(path, self.run_roots))
+            state = self.states.get(path)
+            status, step = (state.status_cell, state.step_cell) if state is not None else (info.status, info.step_cell)
+            rows[str(path)] = (info.name, status, step, info.policy, info.layout, info.loss)
+        return rows
+
     def _fill_runs(self) -> None:
+        """Update the cells that changed; rebuild the table when the runs or their order did
+        (keeping the highlighted run highlighted)."""
         table = self.query_one("#runs", DataTable)
-        columns = list(table.columns)
-        for path, state in self.states.items():
-            key = str(path)
-            if key not in {str(k.value) for k in table.rows}:
-                continue
-            for column, value in zip(columns[1:], (state.status_cell, state.step_cell, state.live.describe())):
-                if table.get_cell(key, column) != value:
-                    table.update_cell(key, column, value, update_width=True)
+        rows = self._run_rows()
+        if [str(k.value) for k in table.rows] == list(rows):
+            columns = list(table.columns)
+            for key, cells in rows.items():
+                for column, value in zip(columns, cells):
+                    if table.get_cell(key, column) != value:
+                        table.update_cell(key, column, value, update_width=True)
+            return
+        selected = self.selected_run
+        table.clear()
+        for key, cells in rows.items():
+            table.add_row(*cells, key=key)
+        if selected is not None and str(selected) in rows:
+            table.move_cursor(row=table.get_row_index(str(selected)), animate=False)
 
     def _redraw(self, log: tuple[Path, str] | None = None) -> None:
         for metric in CHARTS:
@@ -273,7 +344,7 @@ class MonitorView(Vertical):
 
     def _status_line(self) -> str:
         if self.run_dir is None:
-            return "no run open: press o to open a run folder, or launch one"
+            return NO_RUN
         parts = [self.summary.line()] if self.summary else []
         state = self.states.get(self.run_dir)
         if state is not None:
@@ -327,7 +398,8 @@ class MonitorView(Vertical):
             if path:
                 self.open_run(Path(path))
 
-        self.app.push_screen(TextPrompt("Open a run folder", str(self.run_dir or ""), check=check), open_it)
+        prompt = TextPrompt("Open a run folder (tab completes)", str(self.run_dir or ""), check=check, suggester=DirectorySuggester())
+        self.app.push_screen(prompt, open_it)
 
     def action_stop_run(self) -> None:
         run_dir = self.run_dir
