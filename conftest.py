@@ -8,6 +8,10 @@ source again: `import torch` plus DCP took about 10 s of CPU instead of 4. The s
 compiles the environment's packages once (`compileall`, a no-op once they are compiled), and
 lr's own sources, which are installed editable: importing lr-engine's training path after torch
 took 0.52-0.64 s without their .pyc and 0.2 s with it, in each process the suite starts.
+
+When the collected tests include tests/test_typing.py, its `mypy --strict` run starts as
+collection ends, at the lowest CPU priority (`_support/typing_run.py`): its 70-80 s of one core
+overlap the rest of the suite instead of adding to it.
 """
 
 import compileall
@@ -16,6 +20,8 @@ import sysconfig
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
+
+from _support import typing_run  # noqa: E402
 
 pytest_plugins = ["_support.procs", "_support.hub", "_support.data", "_support.runs"]
 
@@ -35,3 +41,13 @@ def pytest_sessionstart(session) -> None:  # type: ignore[no-untyped-def]
         return
     compileall.compile_dir(str(packages), quiet=2, workers=2)
     marker.write_text(installed)
+
+
+def pytest_collection_finish(session) -> None:  # type: ignore[no-untyped-def]
+    """mypy for tests/test_typing.py starts now, at low priority, on the CPU the suite leaves idle."""
+    if any(item.nodeid.startswith("tests/test_typing.py") for item in session.items):
+        typing_run.start()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:  # type: ignore[no-untyped-def]
+    typing_run.stop()
