@@ -34,6 +34,7 @@ from lr_config import (
     EvalInfo,
     EvalRunConfig,
     FeatureSpec,
+    check_repo_id,
     load_run_status,
     load_training_step,
     save_eval_info,
@@ -115,10 +116,6 @@ class LoadedPolicy:
     reset: Callable[[], None]
 
 
-def _is_repo_id(text: str) -> bool:
-    return re.fullmatch(r"[\w.-]+/[\w.-]+", text) is not None
-
-
 def _download(repo_id: str, revision: str | None) -> Path:
     """The model files of a Hub repo, from the cache or downloaded once (huggingface_hub)."""
     from huggingface_hub import snapshot_download
@@ -142,8 +139,10 @@ def model_folder(path: str, revision: str | None) -> tuple[Path, str]:
     if local.exists():
         raise ConfigError(f"--policy.path={path}: no {POLICY_CONFIG} in it nor in its {PRETRAINED}/; pass a checkpoint "
                           f"step folder, its {PRETRAINED}/, a run folder, or a Hub repo id")
-    if not _is_repo_id(path):
-        raise ConfigError(f"--policy.path={path}: no such folder (nor a Hub repo id of the form user/name)")
+    try:
+        check_repo_id(path, "--policy.path")  # lr-config's rule for a Hub id, as --policy.repo_id uses it
+    except ConfigError:
+        raise ConfigError(f"--policy.path={path}: no such folder (nor a Hub repo id of the form user/name)") from None
     folder = _download(path, revision)
     if not (folder / POLICY_CONFIG).is_file():
         raise ConfigError(f"--policy.path={path}: the Hub repo has no {POLICY_CONFIG}; is it an lr or LeRobot policy?")
@@ -260,7 +259,7 @@ def _output_dir(cfg: EvalRunConfig, label: str) -> Path:
             raise ConfigError(f"--output_dir={out}: it already holds {EVAL_INFO}; pass a new folder (nothing was overwritten)")
         return out
     now = _dt.datetime.now()
-    name = re.sub(r"[^\w.-]+", "_", label.rstrip("/").rpartition("/")[2] if "/" in label else label) or "policy"
+    name = re.sub(r"[^\w.-]+", "_", label.rstrip("/").rpartition("/")[2]) or "policy"
     return EVAL_OUTPUTS / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{name}"
 
 
