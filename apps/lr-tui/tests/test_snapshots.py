@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from tui_support import GONE_PID, FixedHardware, app_ready, make_run, sample_planner, tables_settled, wait_until, write_run_status
 
+from textual.widgets._footer import FooterKey
+
 from lr_tui import _cli_tasks as cli_tasks
 from lr_tui._app import LrApp
 from lr_tui._screens.resume import ResumeScreen
@@ -57,6 +59,8 @@ def test_launch_view_80x24_a_focused_field(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await plan_shown(pilot)
         pilot.app.query_one("#field-steps").focus()
+        # The footer drops "? Help" (an input takes "?") a refresh or two after the focus moves.
+        await wait_until(pilot, lambda: not any(key.key == "question_mark" for key in pilot.app.query(FooterKey)), what="the footer of a focused field")
         await pilot.pause()
 
     assert snap_compare(sample_app(run=False), terminal_size=(80, 24), run_before=run_before)
