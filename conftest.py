@@ -32,7 +32,7 @@ def pytest_sessionstart(session) -> None:  # type: ignore[no-untyped-def]
     # lr's own sources are installed editable (not in purelib): every process the suite starts
     # imports them, so they are compiled once too (a no-op for a file whose .pyc is current)
     root = Path(__file__).parent
-    for src in [*sorted(root.glob("packages/*/src")), *sorted(root.glob("apps/*/src"))]:
+    for src in [*sorted(root.glob("packages/*/src")), *sorted(root.glob("apps/*/src")), *sorted(root.glob("examples/*/src"))]:
         compileall.compile_dir(str(src), quiet=2, workers=2)
     packages = Path(sysconfig.get_paths()["purelib"])
     installed = "\n".join(sorted(p.name for p in packages.glob("*.dist-info")))

@@ -41,6 +41,8 @@ def child(req):
     os.environ.clear()
     os.environ.update(req["env"])
     os.chdir(req["cwd"])
+    extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]  # as an interpreter would put them
+    sys.path[1:1] = [p for p in extra if p not in sys.path]
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", buffering=1, closefd=False)

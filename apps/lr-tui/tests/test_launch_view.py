@@ -698,3 +698,25 @@ async def test_loading_a_resumed_runs_config_reads_neither_resume_nor_its_older_
         assert view.rows["output_dir"].value == str(tmp_path / run)
         assert view.plan.cfg == replace(resumed, resume=False, config_path=None)
         assert "--resume" not in panel_text(app, "#preview") and "--config_path" not in panel_text(app, "#preview")
+
+
+async def test_a_plugin_policy_is_in_the_list_and_its_flags_complete():
+    """The example plugin (`lr-tinyformer`, installed by the workspace) is a policy type of the
+    form: chosen, the command asks for it; its own flags complete in "more flags"."""
+    planner = FakePlanner()
+    app = LrApp(plan_runner=planner, plan_delay=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        rows = app.launch_view.rows
+        assert [value for _, value in rows["policy_type"].field.options] == ["act", "mlp", "tinyformer"]
+        rows["policy_type"].set_value("tinyformer")
+        await type_into(pilot, "extra", "--policy.n_bl")
+        field = app.query_one("#field-extra")
+        await wait_until(pilot, lambda: field._suggestion == "--policy.n_blocks=", what="the flag's completion")
+        await pilot.press("right", "3")
+        assert field.value == "--policy.n_blocks=3"
+        await wait_until(pilot, lambda: "--policy.n_blocks=3" in panel_text(app, "#preview"), what="the command")
+        command = panel_text(app, "#preview")
+        assert "--policy.type=tinyformer" in command
+        await wait_until(pilot, lambda: bool(planner.calls) and "--policy.n_blocks=3" in planner.calls[-1], what="the plan")
+        assert "--policy.type=tinyformer" in planner.calls[-1]

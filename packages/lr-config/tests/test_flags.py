@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from lr_config import (
+    policy_types,
     ACTConfig,
     ConfigError,
     FeatureSpec,
@@ -400,7 +401,7 @@ def test_config_path_with_a_policy_type_that_is_not_a_name_is_refused(tmp_path: 
     data["policy"]["type"] = kind
     save_json(tmp_path / "a.json", data)
     message = error_of([f"--config_path={tmp_path / 'a.json'}"])
-    assert message == f"invalid {tmp_path / 'a.json'}:\n  --policy.type: expected a policy type name, got {kind!r}; known types: act, mlp"
+    assert message == f"invalid {tmp_path / 'a.json'}:\n  --policy.type: expected a policy type name, got {kind!r}; known types: {', '.join(policy_types())}"
 
 
 def test_a_saved_policy_config_with_a_bad_type_or_normalization_key_is_refused() -> None:
@@ -431,7 +432,7 @@ def _help_rows() -> dict[str, tuple[str, str, str]]:
 
 
 def _default_at(path: str) -> Any:
-    for cfg in (TrainConfig(), TrainConfig(policy=MLPConfig())):
+    for cfg in [TrainConfig(policy=cls()) for cls in policy_types().values()]:  # the installed plugins' too
         node: Any = to_dict(cfg)
         for part in path.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -456,7 +457,8 @@ def test_help_rows_read_as_documented() -> None:
     assert rows["batch_size"] == ("int", "32", "Per-process micro-batch size.")
     assert rows["accelerator.fsdp.min_num_params"][:2] == ("int | null", "null")
     assert rows["accelerator.mixed_precision"][:2] == ("no|bf16|fp16", '"no"')
-    assert rows["policy.type"][:2] == ("act|mlp", '"act"')
+    assert rows["policy.type"][:2] == ("|".join(policy_types()), '"act"')
+    assert rows["policy.type"][0].startswith("act|mlp")  # the built-ins first, then the installed plugins
     assert rows["policy.hidden_dim"][1] == "256"
     assert format_help(prog="lr-engine train").startswith("usage: lr-engine train [--name=value ...]")
 

@@ -134,7 +134,7 @@ def test_unknown_policy_type_suggests_the_closest() -> None:
         parse_train_config(["--policy.type=mpl"])
     assert str(err.value).startswith("--policy.type: unknown policy type 'mpl'")
     assert "did you mean 'mlp'?" in str(err.value)
-    assert "known types: act, mlp" in str(err.value)
+    assert "known types: act, mlp" in str(err.value)  # then the installed plugins
 
 
 @pytest.mark.parametrize(

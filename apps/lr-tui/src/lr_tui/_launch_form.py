@@ -31,6 +31,7 @@ from lr_config import (
     format_command,
     load_training_step,
     parse_train_config,
+    policy_types,
     resolve_topology,
     resume_problems,
     split_flags,
@@ -69,6 +70,18 @@ class FormField:
     options: tuple[tuple[str, str], ...] = ()
     """(label, value) choices: the field is a select when given."""
     placeholder: str = ""
+    completes_flags: bool = False
+    """The field takes `--a.b=c` flags, and completes their names as they are typed."""
+
+
+def _policy_choices() -> tuple[tuple[str, str], ...]:
+    """The built-in policy types, then the installed plugins' (`lr.policies`). A broken plugin
+    leaves the built-ins: the form's plan shows its error, as `lr-engine train` would."""
+    try:
+        names = list(policy_types())
+    except ConfigError:
+        names = list(POLICY_TYPES)
+    return tuple((name, name) for name in names)
 
 
 _LAUNCHERS = (("torchrun", "torchrun"), ("accelerate launch", "accelerate"), ("Slurm script", "slurm"))
@@ -80,7 +93,7 @@ FIELDS: tuple[FormField, ...] = (
     FormField("node_rank", "node rank"),
     FormField("nproc_per_node", "procs/node"),
     FormField("rdzv_endpoint", "rendezvous", placeholder="HOST:PORT of node 0"),
-    FormField("policy_type", "policy type", "policy.type", tuple((t, t) for t in POLICY_TYPES)),
+    FormField("policy_type", "policy type", "policy.type", _policy_choices()),
     FormField("policy_path", "policy path", "policy.path", placeholder="saved policy to fine-tune"),
     FormField("dataset_repo_id", "dataset id", "dataset.repo_id"),
     FormField("dataset_root", "dataset root", "dataset.root", placeholder="local dataset folder"),
@@ -95,7 +108,7 @@ FIELDS: tuple[FormField, ...] = (
     FormField("peft_method", "PEFT", "peft.method_type", (("none", ""), ("LoRA", "LORA"))),
     FormField("peft_r", "LoRA r", "peft.r"),
     FormField("output_dir", "output dir", "output_dir", placeholder="outputs/train/<date>/<time>_<job>"),
-    FormField("extra", "more flags", placeholder="--a.b=c ..."),
+    FormField("extra", "more flags", placeholder="--a.b=c ...", completes_flags=True),
 )
 
 _BY_KEY = {f.key: f for f in FIELDS}

@@ -41,6 +41,7 @@ from ._configs import (
     SchedulerConfig,
     TrackioConfig,
     TrainConfig,
+    doc,
 )
 from ._eval import (
     EVAL_INFO_VERSION,
@@ -84,15 +85,20 @@ from ._files import (
     save_training_step,
 )
 from ._flags import all_flag_paths, format_help, parse_train_config, split_flags
+from ._plugins import ENTRY_POINT_GROUP, plugin_policy_class_path
 from ._policy_file import POLICY_CONFIG_VERSION, load_policy_config, policy_config_dict
 from ._launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
 from ._resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact, resume_problems
-from ._serde import from_dict, load_json, make_converter, read_json_object, save_json, to_dict
+from ._serde import from_dict, load_json, make_converter, policy_types, read_json_object, save_json, to_dict
 from ._topology import Topology, banner_line, effective_batch, resolve_topology
 from ._validate import DEVICE_KINDS, check_repo_id, device_problem, validate
 from ._versions import VERSION_FLAG, versions_text
 
 __all__ = [
+    "doc",
+    "ENTRY_POINT_GROUP",
+    "plugin_policy_class_path",
+    "policy_types",
     "VERSION_FLAG",
     "versions_text",
     "EVAL_INFO_VERSION",

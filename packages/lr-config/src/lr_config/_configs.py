@@ -47,6 +47,7 @@ __all__ = [
     "TrainConfig",
     "POLICY_TYPES",
     "TRANSFORM_TYPES",
+    "doc",
 ]
 
 TRAIN_CONFIG_VERSION = 2

@@ -33,12 +33,12 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from ._configs import POLICY_TYPES, PolicyConfigBase, TrainConfig
+from ._configs import PolicyConfigBase, TrainConfig
 from ._errors import ConfigError, did_you_mean
 from ._files import load_train_config
 from .layout import CHECKPOINTS, LAST, PRETRAINED, TRAIN_CONFIG, StepFiles, last_train_config, run_folder_of
 from ._policy_file import load_policy_config
-from ._serde import field_names_at, fields_of, from_dict, hints, policy_classes, to_dict, unwrap_optional
+from ._serde import field_names_at, fields_of, from_dict, hints, policy_classes, policy_types, to_dict, unwrap_optional
 
 __all__ = ["all_flag_paths", "field_names_at", "format_help", "parse_train_config", "split_flags"]
 
@@ -233,14 +233,15 @@ _WHERE_THE_POLICY_GOES = ("device", "path", "repo_id", "push_to_hub", "private",
 
 
 def _switch_policy_type(base: dict[str, Any], new_type: str) -> None:
-    if new_type not in POLICY_TYPES:
+    types_ = policy_types()
+    if new_type not in types_:
         raise ConfigError(
-            f"--policy.type: unknown policy type {new_type!r}{did_you_mean(new_type, POLICY_TYPES)}; "
-            f"known types: {', '.join(POLICY_TYPES)}"
+            f"--policy.type: unknown policy type {new_type!r}{did_you_mean(new_type, types_)}; "
+            f"known types: {', '.join(types_)}"
         )
     if base["policy"].get("type") != new_type:
         keep = {k: base["policy"][k] for k in _WHERE_THE_POLICY_GOES if k in base["policy"]}
-        fresh = to_dict(POLICY_TYPES[new_type]())
+        fresh = to_dict(types_[new_type]())
         fresh["type"] = new_type
         fresh.update(keep)
         base["policy"] = fresh
@@ -331,7 +332,7 @@ def _leaf_docs(root: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
     classes = policy_classes(root)
     if classes is not None:
-        rows.append((f"{prefix}type", "|".join(POLICY_TYPES), json.dumps("act"), "Policy type; selects the fields below."))
+        rows.append((f"{prefix}type", "|".join(cls.type_name for cls in classes), json.dumps("act"), "Policy type; selects the fields below."))
         seen: set[str] = set()
         for cls in classes:
             for row in _leaf_docs(cls, prefix):

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from ._configs import POLICY_TYPES, PolicyConfig, PolicyConfigBase, closed_keys
 from ._errors import ConfigError, did_you_mean
+from ._plugins import discover_plugins
 
 if TYPE_CHECKING:
     import cattrs
 
-__all__ = ["check_complete", "from_dict", "load_json", "make_converter", "save_json", "to_dict", "converter"]
+__all__ = ["check_complete", "from_dict", "load_json", "make_converter", "policy_types", "save_json", "to_dict", "converter"]
 
 T = TypeVar("T")
 
@@ -175,15 +176,60 @@ def _closed_keys_factory(cls: Any, conv: cattrs.Converter) -> Callable[[Any, Any
     return make_dict_structure_fn(cls, conv, **overrides)
 
 
-def _policy_tag(cls: type) -> str:
-    name: str = getattr(cls, "type_name")
-    return name
+_ROUND_TRIPPED: set[type[PolicyConfigBase]] = set()
+
+
+def policy_types() -> dict[str, type[PolicyConfigBase]]:
+    """Every policy type by name: built-ins (`act`, `mlp`) first, then the installed plugins
+    (`_plugins`), each plugin's defaults checked to survive the contract's files once: written
+    with every field, read back strictly, equal."""
+    types_: dict[str, type[PolicyConfigBase]] = dict(POLICY_TYPES)
+    for name, (cls, where) in discover_plugins().items():
+        if cls not in _ROUND_TRIPPED:
+            _check_round_trip(cls, where)
+            _ROUND_TRIPPED.add(cls)
+        types_[name] = cls
+    return types_
+
+
+def _check_round_trip(cls: type[PolicyConfigBase], where: str) -> None:
+    default = cls()
+    try:
+        back = from_dict(cls, to_dict(default), source=f"{cls.__name__}()")
+    except Exception as exc:
+        raise ConfigError(f"{where}: {cls.__name__}'s defaults do not go through lr's config files ({exc})") from None
+    if back != default:
+        raise ConfigError(f"{where}: {cls.__name__}'s defaults change when written and read back; use JSON types (int, float, str, bool, list, dict, Path)")
+
+
+def _policy_union_hooks(conv: cattrs.Converter) -> None:
+    """The policy block, tagged by `type`, over every policy type (`policy_types()`: the
+    built-ins and the installed plugins, so the union is not fixed when this module loads)."""
+
+    def structure(value: Any, _: Any) -> PolicyConfigBase:
+        if not isinstance(value, Mapping):
+            raise _Refused(f"expected a JSON object with a type, got {value!r}")
+        types_ = policy_types()
+        kind = value.get("type")
+        if not isinstance(kind, str) or kind not in types_:
+            raise _Refused(f"unknown policy type {kind!r}{did_you_mean(str(kind), types_)}; known types: {', '.join(types_)}")
+        rest = {k: v for k, v in value.items() if k != "type"}
+        config: PolicyConfigBase = conv.structure(rest, types_[kind])
+        return config
+
+    def unstructure(obj: PolicyConfigBase) -> dict[str, Any]:
+        return {"type": obj.type_name, **conv.unstructure(obj, type(obj))}
+
+    def is_the_union(tp: Any) -> bool:  # exactly: a hook on the base class would catch its subclasses too
+        return tp is PolicyConfigBase or tp == PolicyConfig
+
+    conv.register_structure_hook_func(is_the_union, structure)
+    conv.register_unstructure_hook_func(is_the_union, unstructure)
 
 
 def make_converter() -> cattrs.Converter:
     """A new strict JSON converter for every contract dataclass."""
     from cattrs.preconf.json import make_converter as _json_converter
-    from cattrs.strategies import configure_tagged_union
 
     conv = _json_converter(forbid_extra_keys=True, omit_if_default=False)
     conv.register_structure_hook(int, _strict_int)
@@ -193,10 +239,9 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(Path, _strict_path)
     conv.register_structure_hook_func(_is_literal, _strict_literal)
     conv.register_structure_hook_factory(_is_collection, _collection_factory)
-    # before the tagged union, which takes its members' hooks when it is configured
     conv.register_structure_hook_factory(_has_closed_keys, _closed_keys_factory)
     conv.register_unstructure_hook(Path, str)
-    configure_tagged_union(PolicyConfig, conv, tag_name="type", tag_generator=_policy_tag)
+    _policy_union_hooks(conv)
     return conv
 
 
@@ -300,14 +345,15 @@ def _policy_type_problem(policy: Any, flag: str) -> str | None:
     union needs one to pick the class; a list or dict there would fail as an unhashable lookup)."""
     if not isinstance(policy, dict):
         return None
-    known = f"known types: {', '.join(POLICY_TYPES)}"
+    types_ = policy_types()
+    known = f"known types: {', '.join(types_)}"
     if "type" not in policy:
         return f"{flag}: missing; {known}"
     kind = policy["type"]
     if not isinstance(kind, str):
         return f"{flag}: expected a policy type name, got {kind!r}; {known}"
-    if kind not in POLICY_TYPES:
-        return f"{flag}: unknown policy type {kind!r}{did_you_mean(kind, POLICY_TYPES)}; {known}"
+    if kind not in types_:
+        return f"{flag}: unknown policy type {kind!r}{did_you_mean(kind, types_)}; {known}"
     return None
 
 
@@ -446,12 +492,14 @@ def unwrap_optional(tp: Any) -> Any:
 
 
 def policy_classes(tp: Any) -> list[type[PolicyConfigBase]] | None:
+    """Every policy config class (the installed plugins' too) when `tp` is the policy union."""
     tp = unwrap_optional(tp)
+    if tp is PolicyConfigBase:
+        return list(policy_types().values())
     if typing.get_origin(tp) in (Union, types.UnionType):
         args = typing.get_args(tp)
-        classes = [a for a in args if isinstance(a, type) and issubclass(a, PolicyConfigBase)]
-        if len(classes) == len(args):
-            return classes
+        if all(isinstance(a, type) and issubclass(a, PolicyConfigBase) for a in args):
+            return list(policy_types().values())
     return None
 
 

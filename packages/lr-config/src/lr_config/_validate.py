@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ._configs import TRAIN_CONFIG_VERSION, TRANSFORM_TYPES, ACTConfig, DatasetConfig, FSDPConfig, ImageTransformConfig, TrainConfig
+from ._configs import TRAIN_CONFIG_VERSION, TRANSFORM_TYPES, ACTConfig, DatasetConfig, MLPConfig, FSDPConfig, ImageTransformConfig, TrainConfig
 from ._errors import ConfigError, did_you_mean
 from ._files import load_train_config
 from ._topology import Topology, _check_degrees, resolve_topology
@@ -168,8 +168,9 @@ def _policy_rules(cfg: TrainConfig) -> list[str]:
     _positive(p, "policy.n_action_steps", pol.n_action_steps)
     if pol.n_action_steps > pol.chunk_size:
         p.append(f"--policy.n_action_steps: must be <= --policy.chunk_size ({pol.chunk_size}), got {pol.n_action_steps}")
-    if not 0 <= pol.dropout < 1:
-        p.append(f"--policy.dropout: must be in [0, 1), got {pol.dropout}")
+    dropout = getattr(pol, "dropout", 0.0)
+    if not 0 <= dropout < 1:
+        p.append(f"--policy.dropout: must be in [0, 1), got {dropout}")
     if isinstance(pol, ACTConfig):
         for name in ("dim_model", "n_heads", "dim_feedforward", "n_encoder_layers", "n_decoder_layers", "latent_dim", "n_vae_encoder_layers"):
             _positive(p, f"policy.{name}", getattr(pol, name))
@@ -177,9 +178,11 @@ def _policy_rules(cfg: TrainConfig) -> list[str]:
             p.append(f"--policy.dim_model: must be divisible by --policy.n_heads ({pol.n_heads}), got {pol.dim_model}")
         if not pol.backbone_channels or any(c < 1 for c in pol.backbone_channels):
             p.append(f"--policy.backbone_channels: expected a non-empty list of positive ints, got {pol.backbone_channels}")
-    else:
+    elif isinstance(pol, MLPConfig):
         _positive(p, "policy.hidden_dim", pol.hidden_dim)
         _positive(p, "policy.n_layers", pol.n_layers)
+    elif callable(rules := getattr(pol, "problems", None)):  # a plugin's own rules (docs/plugins.md)
+        p += [str(line) for line in rules()]
     if pol.repo_id:
         try:
             check_repo_id(pol.repo_id)

@@ -6,7 +6,8 @@ the `lr-engine` command):
 - `train(cfg, ctx)` / `init_distributed(cfg)`: what `lr-engine train` runs on every rank (`train`
   returns a `TrainResult`: the run folder, whether it stopped on request, the last step);
 - `plan_lines(cfg, world_size)`: the `--dry_run` plan as text;
-- `make_policy`, `load_pretrained`, `save_pretrained`, `Policy`: the policies (`act`, `mlp`);
+- `make_policy`, `load_pretrained`, `save_pretrained`, `Policy`, `masked_l1`: the policies (`act`,
+  `mlp` and the plugins of the `lr.policies` entry point group: docs/plugins.md) and their shared loss;
 - `LeRobotDataset`, `make_demo_dataset`, `resolve_dataset_root`: LeRobot v3 data;
 - `load_processors`: the normalizer/unnormalizer saved beside a model;
 - `load_adapter_policy`: a base policy plus trained LoRA adapters.
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ._parallel.dist import DistContext, barrier, best_device, init_distributed, launcher_world
     from ._plan import plan_lines
     from ._policies import Policy, load_pretrained, make_policy, save_pretrained
+    from ._policies.base import masked_l1
     from ._processors import load_processors, make_processors
     from ._run import Run
     from ._train import TrainResult, batches, build_run, forward_backward, start_files, train, train_loop, train_step, update
@@ -46,6 +48,7 @@ _HOME = {
     "init_distributed": "._parallel.dist",
     "plan_lines": "._plan",
     "Policy": "._policies",
+    "masked_l1": "._policies.base",
     "load_pretrained": "._policies",
     "make_policy": "._policies",
     "save_pretrained": "._policies",
@@ -87,6 +90,7 @@ __all__ = [
     "make_demo_dataset",
     "make_policy",
     "make_processors",
+    "masked_l1",
     "plan_lines",
     "Policy",
     "resolve_dataset_root",

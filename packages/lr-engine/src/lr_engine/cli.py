@@ -104,16 +104,19 @@ def run(argv: list[str]) -> int:
     flags = _command(argv)
     if isinstance(flags, int):
         return flags
-    if "--help" in flags or "-h" in flags:
-        print(format_help())
-        return 0
     try:
+        if "--help" in flags or "-h" in flags:
+            print(format_help())
+            return 0
         cfg, applied = apply_accelerate_env(parse_train_config(flags), os.environ)
         if applied and int(os.environ.get("RANK", "0")) == 0:
             print("accelerate's environment applied (its override is set): " + "; ".join(applied), flush=True)
         # Every rule that needs no world size, before torch is imported: a bad value exits
         # 2 in a fraction of a second; the launched world is checked in init_distributed.
         validate(cfg)
+        from ._policies.registry import registry
+
+        registry()  # every installed policy plugin is checked (and a broken one named) before anything starts
         if cfg.dry_run:
             from ._plan import dry_run
 

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+from lr_config import ConfigError, all_flag_paths
 from textual.app import ComposeResult
 from textual.containers import Grid
+from textual.suggester import Suggester
 from textual.widgets import Input, Label, Static
 
 from .._launch_form import FormField
 from .choice import Choice
 
-__all__ = ["FormRow"]
+__all__ = ["FlagSuggester", "FormRow"]
+
+
+class FlagSuggester(Suggester):
+    """Completes the flag being typed at the end of the text (`--policy.n_bl` ->
+    `--policy.n_blocks=`) from every `lr-engine train` flag, the installed policy plugins' included."""
+
+    def __init__(self) -> None:
+        super().__init__(use_cache=True, case_sensitive=True)
+        self._flags: list[str] | None = None
+
+    def flags(self) -> list[str]:
+        if self._flags is None:
+            try:
+                self._flags = sorted(all_flag_paths())
+            except ConfigError:  # a broken plugin: the form's plan names it
+                self._flags = []
+        return self._flags
+
+    async def get_suggestion(self, value: str) -> str | None:
+        token = value.rpartition(" ")[2]
+        if not token.startswith("--") or "=" in token or len(token) < 3:
+            return None
+        name = token[2:]
+        match = next((flag for flag in self.flags() if flag.startswith(name)), None)
+        return None if match is None else f"{value}{match[len(name):]}="
 
 
 class FormRow(Grid):
@@ -34,7 +61,8 @@ class FormRow(Grid):
         else:
             # validate_on=(): lr-config validates; Input's own check only toggles a class,
             # and each toggle restyles the field (16 restyles before the first frame)
-            self.control = Input(self._initial, placeholder=self.field.placeholder, compact=True, validate_on=(), id=f"field-{key}")
+            suggester = FlagSuggester() if self.field.completes_flags else None
+            self.control = Input(self._initial, placeholder=self.field.placeholder, compact=True, validate_on=(), id=f"field-{key}", suggester=suggester)
             self.control.cursor_blink = False
         yield self.control
 

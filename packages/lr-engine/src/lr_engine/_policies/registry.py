@@ -1,4 +1,4 @@
-"""The registry of policies (`act`, `mlp`) and safetensors-only save/load.
+"""The registry of policies (`act`, `mlp` and the plugins of `lr.policies`) and safetensors-only save/load.
 
 `save_pretrained(policy, dir)` writes `config.json` (the policy config, tagged by `type`,
 with `version`) and `model.safetensors`; it is collective under a process group: every rank
@@ -9,11 +9,12 @@ travel only as safetensors: nothing is unpickled.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import torch
 from lr_checkpoint import write_tensor_dict
-from lr_config import ConfigError, PolicyConfigBase, load_policy_config, policy_config_dict, save_json
+from lr_config import ConfigError, PolicyConfigBase, load_policy_config, plugin_policy_class_path, policy_config_dict, policy_types, save_json
 from lr_config.layout import MODEL_DCP, MODEL_WEIGHTS, POLICY_CONFIG
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -25,7 +26,12 @@ from .mlp import MLPPolicy
 
 
 def registry() -> dict[str, type[Policy]]:
-    return {"act": ACTPolicy, "mlp": MLPPolicy}
+    """Every policy class by type: the built-ins and each installed plugin's (`lr.policies`)."""
+    classes: dict[str, type[Policy]] = {"act": ACTPolicy, "mlp": MLPPolicy}
+    for name, config_class in policy_types().items():
+        if name not in classes:
+            classes[name] = plugin_policy(config_class)
+    return classes
 
 
 def policy_class(type_name: str) -> type[Policy]:
@@ -33,6 +39,40 @@ def policy_class(type_name: str) -> type[Policy]:
     if type_name not in classes:
         raise ConfigError(f"--policy.type: unknown policy type {type_name!r}; known: {', '.join(classes)}")
     return classes[type_name]
+
+
+_DECLARATIONS = ("_fsdp_wrap_modules", "_fsdp_forward_methods")
+"""What a plugin's policy class must declare itself: the base class's defaults (no FSDP unit,
+the base's entry points) would shard a large model as one unit without a word."""
+
+
+def plugin_policy(config_class: type[PolicyConfigBase]) -> type[Policy]:
+    """The policy class a plugin's config names (`policy_class = "module:Class"`), checked:
+    a Policy subclass built from that config, declaring its FSDP units and entry points."""
+    path = plugin_policy_class_path(config_class)
+    assert path is not None, config_class
+    where = f"policy plugin {config_class.type_name!r}: policy_class {path!r}"
+    module_name, _, attr = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # the plugin's own import, whatever it raises
+        raise ConfigError(f"{where} cannot be imported ({type(exc).__name__}: {exc})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise ConfigError(f"{where} must be a subclass of lr_engine.Policy, got {cls!r}")
+    if getattr(cls, "config_class", None) is not config_class:
+        raise ConfigError(f"{where}: {cls.__name__}.config_class must be {config_class.__name__}, the config its entry point names")
+    own = {name for klass in cls.__mro__[: cls.__mro__.index(Policy)] for name in vars(klass)}
+    missing = [name for name in _DECLARATIONS if name not in own]
+    if missing:
+        raise ConfigError(
+            f"{where} does not declare {' and '.join(missing)}: list the class names of its repeated blocks "
+            "(the FSDP units, [] for none) and the methods besides forward that run on a sharded model"
+        )
+    for name in _DECLARATIONS:
+        value = getattr(cls, name)
+        if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}: {name} must be a list of names, got {value!r}")
+    return cls
 
 
 def make_policy(config: PolicyConfigBase) -> Policy:
