@@ -17,7 +17,7 @@ import pytest
 from real_runs import end
 from tui_support import SAMPLE_RUN, app_ready, make_checkpoint, notices, point_last, wait_until, write_run_status
 
-from lr_config import LaunchSpec, Topology, build_launch, format_command, load_run_status, parse_train_config, save_json, to_dict
+from lr_config import TRAIN_CONFIG_VERSION, LaunchSpec, Topology, build_launch, format_command, load_run_status, parse_train_config, save_json, to_dict
 from lr_tui import _cli_tasks as cli_tasks
 from lr_tui import _clipboard as clipboard
 from lr_tui._app import LrApp
@@ -465,7 +465,7 @@ async def test_presets_save_and_load_a_train_config_json(tmp_path, monkeypatch):
         await pilot.press("ctrl+a", "ctrl+k", *"p.json", "enter")
         await pilot.pause()
         saved = json.loads(preset.read_text())
-        assert saved["steps"] == 123 and saved["log_freq"] == 7 and saved["version"] == 2
+        assert saved["steps"] == 123 and saved["log_freq"] == 7 and saved["version"] == TRAIN_CONFIG_VERSION
 
         await type_into(pilot, "steps", "9")
         await type_into(pilot, "extra", "")

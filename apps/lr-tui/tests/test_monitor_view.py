@@ -60,6 +60,37 @@ async def test_appended_lines_update_the_monitor_and_a_partial_line_waits(tmp_pa
         assert "min" in str(chart.query_one(".chart-label").render())
 
 
+async def test_evaluations_in_the_metrics_are_shown_with_the_latest_values(tmp_path):
+    """A run trained with --eval_freq: the latest evaluation (and the first, to compare) shows
+    beside the latest values; a version-1 metrics line (before evaluations) still reads."""
+    import json
+    from dataclasses import replace
+
+    from lr_config import EvalAggregate, to_dict
+    from tui_support import metrics_record
+
+    old = to_dict(metrics_record(5))
+    del old["eval"]
+    lines = [json.dumps({**old, "version": 1})]
+    for step, rate in ((10, 0.2), (15, 0.4), (20, None)):
+        result = None if rate is None else EvalAggregate(n_episodes=50, success_rate=rate, success_ci95_low=rate - 0.1,
+                                                         success_ci95_high=rate + 0.1, avg_sum_reward=-3.5, avg_length=40.0)
+        lines.append(json.dumps(to_dict(replace(metrics_record(step), eval=result))))
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    write_run_status(tmp_path, step=20, steps=300)
+    app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        monitor = app.monitor_view
+        await wait_until(pilot, lambda: len(monitor.records) == 4, what="4 records")
+        await wait_until(pilot, lambda: "eval success" in latest(monitor), what="the evaluation")
+        values = latest(monitor)
+        assert values["step"] == "20"
+        assert values["eval success"] == "40.0% (30-50%) at step 15, 50 ep"
+        assert values["first eval"] == "20.0% at step 10"
+        assert values["eval reward"] == "-3.5"
+
+
 async def test_a_new_file_in_the_same_folder_starts_the_charts_over(tmp_path):
     write_metrics(tmp_path / "metrics.jsonl", list(range(5, 105, 5)))
     app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)

@@ -83,7 +83,7 @@ def test_training_step_round_trip(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert set(data) == field_names(TrainingStep)
     assert set(data["topology"]) == field_names(Topology)
-    assert data["version"] == TRAINING_STEP_VERSION == 3
+    assert data["version"] == TRAINING_STEP_VERSION == 4
 
 
 def test_a_version_1_training_step_is_upgraded_with_an_unknown_position(tmp_path: Path) -> None:
@@ -252,7 +252,7 @@ def test_a_diverged_loss_is_still_a_record(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        ({"version": 2}, ":2: unsupported metrics record version"),
+        ({"version": 3}, ":2: unsupported metrics record version"),
         ({"bogus": 1}, "--bogus: unknown setting"),
         ({"step": 1.5}, "--step: expected int, got 1.5"),
         ({"info": {"kl": "high"}}, "--info.kl: expected float, got 'high'"),

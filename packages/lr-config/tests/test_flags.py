@@ -213,7 +213,7 @@ def test_unknown_flag_suggests_the_known_one() -> None:
         ("--lr=1e-4", "'--optimizer.lr'"),  # the group left out
         ('--fsdp.wrap_modules=["Block"]', "'--accelerator.fsdp.wrap_modules'"),
         ("--accelerator.dp_shard=2", "'--parallelism.dp_shard'"),  # the name in another group
-        ("--dataset.batch_size=2", "'--batch_size'"),
+        ("--dataset.batch_size=2", "'--batch_size' or '--eval.batch_size'"),
     ],
 )
 def test_a_flag_in_the_wrong_group_suggests_where_it_lives(flag: str, suggested: str) -> None:

@@ -163,7 +163,7 @@ def test_unknown_policy_type_suggests_the_closest() -> None:
          "add --dry_run=true or drop --world_size"),
         (["--optimizer.weight_decay=-0.1"], "--optimizer.weight_decay: must be >= 0, got -0.1"),
         (["--optimizer.eps=0"], "--optimizer.eps: must be > 0, got 0.0"),
-        (["--version=3"], "--version: train_config schema version 3 is not supported (expected 2)"),
+        (["--version=4"], "--version: train_config schema version 4 is not supported (expected 3)"),
     ],
 )
 def test_scalar_rules(argv: list[str], expected: str) -> None:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from lr_config import TRAIN_CONFIG_VERSION
 from safetensors import safe_open
 
 from _support.procs import run_cli
@@ -49,7 +50,7 @@ def test_tiny_act_run_writes_the_documented_files_and_learns(tmp_path, demo_data
     status = json.loads((out / "run.json").read_text())
     assert status["status"] == "finished" and status["step"] == 30 and status["steps"] == 30
     config = json.loads((out / "train_config.json").read_text())
-    assert config["version"] == 2 and config["steps"] == 30 and config["dataset"]["root"] == str(demo_dataset)
+    assert config["version"] == TRAIN_CONFIG_VERSION and config["steps"] == 30 and config["dataset"]["root"] == str(demo_dataset)
     final = out / "pretrained_model"
     for name in ("config.json", "model.safetensors", "train_config.json", "policy_preprocessor.json", "policy_postprocessor.json"):
         assert (final / name).exists(), name

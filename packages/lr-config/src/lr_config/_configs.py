@@ -29,6 +29,9 @@ __all__ = [
     "ContextParallelConfig",
     "DDPConfig",
     "DatasetConfig",
+    "EvalAggregate",
+    "EvalConfig",
+    "EvalEnvConfig",
     "FSDPConfig",
     "FeatureSpec",
     "GradientAccumulationConfig",
@@ -50,9 +53,9 @@ __all__ = [
     "doc",
 ]
 
-TRAIN_CONFIG_VERSION = 2
+TRAIN_CONFIG_VERSION = 3
 """train_config.json's version: 2 added `scheduler.decay_steps` and the dataset's `revision`, `video_backend`,
-`tolerance_s` and `image_transforms` (version 1 files are upgraded on load)."""
+`tolerance_s` and `image_transforms`; 3 added `eval_freq`, `eval` and `env` (older files are upgraded on load)."""
 DEMO_REPO_ID = "lr/demo_reach2d"
 CHECKPOINT_FORMATS = ("safetensors", "dcp", "safetensors_dcp")
 
@@ -303,6 +306,31 @@ class HubConfig:
 
 
 @dataclass
+class EvalConfig:
+    n_episodes: int = doc(50, "Episodes rolled out.")
+    batch_size: int = doc(10, "Episodes stepped together (one policy call per step for all of them).")
+    videos: int = doc(0, "The first N episodes are also saved as MP4 videos under <output_dir>/videos/.")
+
+
+@dataclass
+class EvalEnvConfig:
+    type: Literal["reach2d"] = doc("reach2d", "The environment: lr's demo reaching task (what the demo dataset records).")
+    max_episode_steps: int = doc(60, "An episode that has not reached its target after this many steps fails.")
+    success_radius: float = doc(0.05, "Success: the agent within this distance of its target (the arena spans -1..1).")
+
+
+@dataclass
+class EvalAggregate:
+    n_episodes: int = 0
+    success_rate: float = 0.0
+    success_ci95_low: float = 0.0
+    """The Wilson score interval of the success rate, 95%."""
+    success_ci95_high: float = 0.0
+    avg_sum_reward: float = 0.0
+    avg_length: float = 0.0
+
+
+@dataclass
 class TrainConfig:
     version: int = doc(TRAIN_CONFIG_VERSION, "Schema version of train_config.json.")
     output_dir: Path | None = doc(None, "Run folder; outputs/train/<date>/<time>_<job_name> when unset.")
@@ -321,8 +349,12 @@ class TrainConfig:
     config_path: Path | None = doc(None, "A train_config.json used as the base for these flags.")
     dry_run: bool = doc(False, "Validate, resolve the topology, print the plan and exit without training.")
     world_size: int | None = doc(None, "With --dry_run only: plan for this many processes (a run takes the launcher's count).")
+    eval_freq: int = doc(0, "Roll the policy out in the demo's reaching task every N loop steps, on the main rank, as lerobot-train's "
+                         "--eval_freq (0: never); the result goes into that step's metrics.jsonl record and the next checkpoint.")
+    eval: EvalConfig = sub(EvalConfig, "The evaluations of --eval_freq: how many episodes, how many at once.")
+    env: EvalEnvConfig = sub(EvalEnvConfig, "The environment of --eval_freq.")
     dataset: DatasetConfig = sub(DatasetConfig, "Dataset.")
-    policy: PolicyConfig = sub(ACTConfig, "Policy, tagged by --policy.type (act, mlp).")
+    policy: PolicyConfig = sub(ACTConfig, "Policy, tagged by --policy.type (act, mlp, or an installed plugin's).")
     optimizer: OptimizerConfig = sub(OptimizerConfig, "Optimizer.")
     scheduler: SchedulerConfig = sub(SchedulerConfig, "LR scheduler; steps once per loop step.")
     parallelism: ParallelismConfig = sub(ParallelismConfig, "Data-parallel degrees.")

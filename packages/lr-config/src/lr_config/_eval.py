@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ._configs import doc, sub
+from ._configs import EvalAggregate, EvalConfig, EvalEnvConfig, doc, sub
 from ._errors import ConfigError
 from ._flags import _decode, _leaf_docs, _set, _type_at, split_flags
 from ._serde import from_dict, load_json, save_json, to_dict
@@ -52,20 +52,6 @@ class EvalPolicyConfig:
 
 
 @dataclass
-class EvalConfig:
-    n_episodes: int = doc(50, "Episodes rolled out.")
-    batch_size: int = doc(10, "Episodes stepped together (one policy call per step for all of them).")
-    videos: int = doc(0, "The first N episodes are also saved as MP4 videos under <output_dir>/videos/.")
-
-
-@dataclass
-class EvalEnvConfig:
-    type: Literal["reach2d"] = doc("reach2d", "The environment: lr's demo reaching task (what the demo dataset records).")
-    max_episode_steps: int = doc(60, "An episode that has not reached its target after this many steps fails.")
-    success_radius: float = doc(0.05, "Success: the agent within this distance of its target (the arena spans -1..1).")
-
-
-@dataclass
 class EvalRunConfig:
     policy: EvalPolicyConfig = sub(EvalPolicyConfig, "The policy to roll out.")
     eval: EvalConfig = sub(EvalConfig, "How many episodes, how many at once.")
@@ -83,17 +69,6 @@ class EpisodeResult:
     """The sum over the episode's steps of the step reward, minus the distance to the target."""
     length: int = 0
     """Steps taken: up to success, or max_episode_steps."""
-
-
-@dataclass
-class EvalAggregate:
-    n_episodes: int = 0
-    success_rate: float = 0.0
-    success_ci95_low: float = 0.0
-    """The Wilson score interval of the success rate, 95%."""
-    success_ci95_high: float = 0.0
-    avg_sum_reward: float = 0.0
-    avg_length: float = 0.0
 
 
 @dataclass

@@ -2,12 +2,12 @@
 
 | file                  | dataclass      | written by                  |
 |-----------------------|----------------|-----------------------------|
-| `training_step.json`  | `TrainingStep` | checkpoint (main rank); version 3 (`TRAINING_STEP_VERSION`), versions 1 and 2 upgraded on load |
-| `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step |
+| `training_step.json`  | `TrainingStep` | checkpoint (main rank); version 4 (`TRAINING_STEP_VERSION`), versions 1 to 3 upgraded on load |
+| `metrics.jsonl`       | `MetricsRecord`| engine (main rank), a line per log step (and per `--eval_freq` step); version 2 (`METRICS_VERSION`), version 1 lines upgraded when read |
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
 | `adapter_base.json`   | `AdapterBase`  | engine (main rank), in a LoRA run's checkpoints and final model: the base its adapters belong to |
-| `train_config.json`   | `TrainConfig`  | engine, in each run and checkpoint; version 2 (`TRAIN_CONFIG_VERSION`), version 1 upgraded on load (`load_train_config`) |
+| `train_config.json`   | `TrainConfig`  | engine, in each run and checkpoint; version 3 (`TRAIN_CONFIG_VERSION`), versions 1 and 2 upgraded on load (`load_train_config`) |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics` (`parse_metrics_line`
 for one line), which refuse unknown keys and versions, and missing fields (lr writes every
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._configs import TRAIN_CONFIG_VERSION, DatasetConfig, TrainConfig
+from ._configs import TRAIN_CONFIG_VERSION, DatasetConfig, EvalAggregate, EvalConfig, EvalEnvConfig, TrainConfig
 from ._errors import ConfigError
 from ._serde import check_complete, from_dict, load_json, save_json, to_dict
 from ._topology import Topology
@@ -36,6 +36,7 @@ __all__ = [
     "MetricsRecord",
     "RunStatus",
     "TRAINING_STEP_VERSION",
+    "METRICS_VERSION",
     "TrainingStep",
     "holds_a_run",
     "load_adapter_base",
@@ -52,7 +53,8 @@ __all__ = [
 ]
 
 FILES_VERSION = 1
-TRAINING_STEP_VERSION = 3
+TRAINING_STEP_VERSION = 4
+METRICS_VERSION = 2
 """training_step.json's own version: 2 added `TrainingStep.epoch_offset`, 3 the effective dtypes
 (older files are upgraded)."""
 CHECKSUMS_VERSION = 2
@@ -63,7 +65,7 @@ RunState = Literal["running", "finished", "failed", "stopped"]
 @dataclass
 class TrainingStep:
     """Where a checkpoint stands: enough to resume and to tell what changed. Its own version
-    (`TRAINING_STEP_VERSION`): 2 added `epoch_offset`."""
+    (`TRAINING_STEP_VERSION`): 2 added `epoch_offset`, 3 the dtypes, 4 the last `--eval_freq` result."""
 
     version: int = TRAINING_STEP_VERSION
     step: int = 0
@@ -91,13 +93,18 @@ class TrainingStep:
     """The dtype gradients are reduced across ranks in (DDP, FSDP2); "" in older files."""
     output_dtype: str = ""
     """The dtype of the model's outputs; "" in older files."""
+    last_eval_step: int | None = None
+    """The step of the run's last `--eval_freq` evaluation at or before this checkpoint; None when there was none."""
+    last_eval: EvalAggregate | None = None
+    """That evaluation's result."""
 
 
 @dataclass
 class MetricsRecord:
-    """One reduced record per log step (means across ranks; timings are the max)."""
+    """One reduced record per log step (means across ranks; timings are the max). A step with an
+    `--eval_freq` evaluation always has a record, and its `eval` holds the result (None otherwise)."""
 
-    version: int = FILES_VERSION
+    version: int = METRICS_VERSION
     step: int = 0
     epoch: int = 0
     samples: int = 0
@@ -109,6 +116,7 @@ class MetricsRecord:
     samples_per_s: float = 0.0
     mem_gb: float = 0.0
     info: dict[str, float] = field(default_factory=dict)
+    eval: EvalAggregate | None = None
 
 
 @dataclass
@@ -209,10 +217,15 @@ def _training_step_from_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {"param_dtype": "", "reduce_dtype": "", "output_dtype": "", **data, "version": 3}
 
 
+def _training_step_from_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 had no evaluations during training."""
+    return {"last_eval_step": None, "last_eval": None, **data, "version": 4}
+
+
 def load_training_step(path: Path) -> TrainingStep:
-    """Read training_step.json; older versions (before `epoch_offset`, before the dtypes) are upgraded."""
+    """Read training_step.json; older versions (before `epoch_offset`, the dtypes, the last eval) are upgraded."""
     return load_json(path, TrainingStep, current_version=TRAINING_STEP_VERSION,
-                     upgrades={1: _training_step_from_v1, 2: _training_step_from_v2})
+                     upgrades={1: _training_step_from_v1, 2: _training_step_from_v2, 3: _training_step_from_v3})
 
 
 def save_run_status(path: Path, value: RunStatus) -> None:
@@ -243,7 +256,9 @@ def parse_metrics_line(line: str | bytes, where: str) -> MetricsRecord:
         data = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("version") != FILES_VERSION:
+    if isinstance(data, dict) and data.get("version") == 1:  # version 1 had no evaluations
+        data = {**data, "version": METRICS_VERSION, "eval": None}
+    if not isinstance(data, dict) or data.get("version") != METRICS_VERSION:
         raise ConfigError(f"{where}: unsupported metrics record version")
     check_complete(MetricsRecord, data, where, what="metrics line")  # the engine writes every field
     return from_dict(MetricsRecord, data, source=where)
@@ -275,6 +290,11 @@ def _train_config_from_v1(data: dict[str, Any]) -> dict[str, Any]:
 _DATASET_V2_KEYS = ("revision", "video_backend", "tolerance_s", "image_transforms")
 
 
+def _train_config_from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 had no evaluations during training: --eval_freq=0 (never) describes it."""
+    return {"eval_freq": 0, "eval": to_dict(EvalConfig()), "env": to_dict(EvalEnvConfig()), **data, "version": 3}
+
+
 def load_train_config(path: Path) -> TrainConfig:
-    """Read a train_config.json (every field, unknown keys refused); version 1 is upgraded."""
-    return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION, upgrades={1: _train_config_from_v1})
+    """Read a train_config.json (every field, unknown keys refused); versions 1 and 2 are upgraded."""
+    return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION, upgrades={1: _train_config_from_v1, 2: _train_config_from_v2})

@@ -273,9 +273,24 @@ def _topology_rules(cfg: TrainConfig, topo: Topology) -> list[str]:
     return p
 
 
+def _eval_rules(cfg: TrainConfig) -> list[str]:
+    """--eval_freq and the settings of its evaluations (checked only when it is on)."""
+    p: list[str] = []
+    _positive(p, "eval_freq", cfg.eval_freq, 0)
+    if cfg.eval_freq > 0:
+        _positive(p, "eval.n_episodes", cfg.eval.n_episodes)
+        _positive(p, "eval.batch_size", cfg.eval.batch_size)
+        _positive(p, "eval.videos", cfg.eval.videos, 0)
+        _positive(p, "env.max_episode_steps", cfg.env.max_episode_steps)
+        if not cfg.env.success_radius > 0:
+            p.append(f"--env.success_radius: must be > 0, got {cfg.env.success_radius}")
+    return p
+
+
 def validate(cfg: TrainConfig, world_size: int | None = None, nnodes: int = 1) -> Topology | None:
     """Check every rule; return the resolved topology when `world_size` is given."""
-    problems = _finite_rules(cfg) + _scalar_rules(cfg) + _dataset_rules(cfg.dataset) + _policy_rules(cfg) + _accelerator_rules(cfg) + _run_rules(cfg)
+    problems = (_finite_rules(cfg) + _scalar_rules(cfg) + _dataset_rules(cfg.dataset) + _policy_rules(cfg) + _accelerator_rules(cfg)
+                + _run_rules(cfg) + _eval_rules(cfg))
     topo: Topology | None = None
     try:
         if world_size is None:

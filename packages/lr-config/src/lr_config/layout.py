@@ -13,6 +13,7 @@ these names (tests/test_architecture.py checks it); pure Python, no torch.
                         optimizer_state.safetensors, optimizer_param_groups.json,
                         optimizer_0/ (DCP), scaler_state.json (fp16)
   checkpoints/last -> <step:06d>   (relative symlink)
+  eval/<step:06d>/videos/   rollouts of the --eval_freq evaluations (--eval.videos)
 ```
 
 Saves write under a temporary name (`.tmp-<step>-<token>`) and rename it when complete;
@@ -33,6 +34,7 @@ __all__ = [
     "CHECKPOINTS",
     "EVAL_INFO",
     "EVAL_OUTPUTS",
+    "TRAIN_EVALS",
     "LAST",
     "METRICS",
     "MODEL_DCP",
@@ -75,6 +77,8 @@ TRAIN_OUTPUTS = Path("outputs") / "train"
 """Where a run goes without --output_dir: `<TRAIN_OUTPUTS>/<date>/<time>_<job>` (relative to the working folder)."""
 EVAL_OUTPUTS = Path("outputs") / "eval"
 """Where `lr-engine eval` writes without --output_dir: `<EVAL_OUTPUTS>/<date>/<time>_<policy>`."""
+TRAIN_EVALS = "eval"
+"""In a run folder: the videos of the `--eval_freq` evaluations (`--eval.videos`), `eval/<step>/videos/`."""
 
 _WHAT_TO_PASS = (
     "pass a step folder such as <output_dir>/checkpoints/000100, its pretrained_model/, "

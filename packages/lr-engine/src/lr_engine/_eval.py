@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from lr_config import (
@@ -44,7 +45,7 @@ from lr_config.layout import EVAL_INFO, EVAL_OUTPUTS, POLICY_CONFIG, PRETRAINED,
 
 from ._data.demo import FPS, MAX_SPEED, Cameras, expert_action, move, render, start_positions
 
-__all__ = ["EvalResult", "Reach2D", "evaluate", "run_eval"]
+__all__ = ["EvalResult", "Reach2D", "aggregate", "evaluate", "policy_actor", "policy_cameras", "run_eval"]
 
 STATE = "observation.state"
 ENV_STATE = "observation.environment_state"
@@ -149,16 +150,39 @@ def model_folder(path: str, revision: str | None) -> tuple[Path, str]:
     return folder, path
 
 
-def _policy_cameras(features: dict[str, FeatureSpec]) -> dict[str, tuple[int, int]]:
+def policy_cameras(features: dict[str, FeatureSpec], flag: str = "--policy.path") -> dict[str, tuple[int, int]]:
+    """The cameras (name -> height, width) the environment must render for a policy taking
+    `features`; a ConfigError naming `flag` for a feature the environment does not give."""
     cameras: dict[str, tuple[int, int]] = {}
     for key, spec in features.items():
-        if key.startswith(IMAGE_PREFIX):
+        if key.startswith(IMAGE_PREFIX) and len(spec.shape) == 3 and spec.shape[0] == 3:
             _, height, width = spec.shape
             cameras[key[len(IMAGE_PREFIX) :]] = (int(height), int(width))
-        elif key not in (STATE, ENV_STATE):
-            raise ConfigError(f"--policy.path: the policy takes {key!r}, which the reach2d environment does not give "
-                              f"(it gives {STATE}, {ENV_STATE} and {IMAGE_PREFIX}<camera>)")
+        elif key not in (STATE, ENV_STATE) or list(spec.shape) != [2]:
+            raise ConfigError(f"{flag}: the policy takes {key!r} of shape {list(spec.shape)}, which the reach2d environment does not give "
+                              f"(it gives {STATE} [2], {ENV_STATE} [2] and {IMAGE_PREFIX}<camera> [3, H, W])")
     return cameras
+
+
+def policy_actor(policy: Any, pre: Callable[[dict[str, Any]], dict[str, Any]], post: Callable[[dict[str, Any]], dict[str, Any]],
+                 device: Any) -> Actor:
+    """Observations -> actions through the policy's pre-processor, `select_action` and post-processor."""
+    import torch
+
+    def act(obs: dict[str, np.ndarray]) -> np.ndarray:
+        batch = {}
+        for key, value in obs.items():
+            tensor = torch.from_numpy(value)
+            if key.startswith(IMAGE_PREFIX):  # [B, H, W, 3] uint8 -> [B, 3, H, W] in [0, 1], as the dataset gives frames
+                tensor = tensor.permute(0, 3, 1, 2).float().div_(255.0)
+            batch[key] = tensor.to(device)
+        with torch.inference_mode():
+            action = policy.select_action(pre(batch))
+            action = post({"action": action})["action"]
+        result: np.ndarray = action.float().cpu().numpy()
+        return result
+
+    return act
 
 
 def trained_step(folder: Path) -> int | None:
@@ -173,8 +197,6 @@ def trained_step(folder: Path) -> int | None:
 
 
 def load_policy(cfg: EvalRunConfig, device: str) -> LoadedPolicy:
-    import torch
-
     from ._policies import load_pretrained
     from ._processors import load_processors
 
@@ -182,22 +204,9 @@ def load_policy(cfg: EvalRunConfig, device: str) -> LoadedPolicy:
     folder, label = model_folder(cfg.policy.path, cfg.policy.pretrained_revision)
     policy = load_pretrained(folder).to(device).eval()
     pre, post = load_processors(folder)
-    cameras = _policy_cameras(policy.config.input_features)
-    step = trained_step(folder)
-
-    def act(obs: dict[str, np.ndarray]) -> np.ndarray:
-        batch = {}
-        for key, value in obs.items():
-            tensor = torch.from_numpy(value)
-            if key.startswith(IMAGE_PREFIX):  # [B, H, W, 3] uint8 -> [B, 3, H, W] in [0, 1], as the dataset gives frames
-                tensor = tensor.permute(0, 3, 1, 2).float().div_(255.0)
-            batch[key] = tensor.to(device)
-        with torch.inference_mode():
-            action = policy.select_action(pre(batch))
-            action = post({"action": action})["action"]
-        return action.float().cpu().numpy()
-
-    return LoadedPolicy(folder=folder, label=label, step=step, cameras=cameras, act=act, reset=policy.reset)
+    cameras = policy_cameras(policy.config.input_features)
+    act = policy_actor(policy, pre, post, device)
+    return LoadedPolicy(folder=folder, label=label, step=trained_step(folder), cameras=cameras, act=act, reset=policy.reset)
 
 
 # ---------------------------------------------------------------- rolling out

@@ -6,6 +6,9 @@
   the first element of its first gradient (its local shard under FSDP2) before that update,
   as an fp16 overflow on one shard would.
 
+- `LR_TEST_EVAL_DELAY_S=T`: the main rank's first `--eval_freq` evaluation takes T seconds
+  longer, as a long rollout would (the other ranks must wait for it without a timeout).
+
 `from_env` reads them once, when the run is built; with none set it returns None and the
 loop calls nothing. Steps count from 0 here: S is the update's loop step minus one.
 """
@@ -54,3 +57,8 @@ def _inf_in_first_grad(model: nn.Module) -> None:
     grad = next(p.grad for p in model.parameters() if p.grad is not None)
     local = grad.to_local() if isinstance(grad, DTensor) else grad
     local.view(-1)[0] = float("inf")
+
+
+def eval_delay() -> float:
+    """Seconds to add to the first evaluation (`LR_TEST_EVAL_DELAY_S`), 0 when unset."""
+    return float(os.environ.get("LR_TEST_EVAL_DELAY_S", "0"))

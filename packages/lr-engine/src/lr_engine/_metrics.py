@@ -109,6 +109,8 @@ class MetricsWindow:
     ended: float = 0.0
     """When `reduce()` read the clock: the next window starts there, so that the log step's
     collective and writes count in the next window's time instead of in none."""
+    paused_s: float = 0.0
+    """Time inside the window that is not training (an --eval_freq evaluation): left out of its timings."""
 
     def add(self, loss: torch.Tensor, info: dict[str, torch.Tensor], data_s: float) -> None:
         loss = loss.detach().float()
@@ -126,7 +128,7 @@ class MetricsWindow:
         local = torch.stack([self.loss_sum, *(self.info_sums[k] for k in keys)]).to(self.device) / self.steps
         local_loss = float(local[0]) if os.environ.get("LR_LOG_RANK_METRICS") else None
         self.ended = time.perf_counter()
-        wall = self.ended - self.started
+        wall = self.ended - self.started - self.paused_s
         timings = torch.tensor([wall, self.data_s, memory_gb(self.device)], dtype=torch.float64, device=self.device)
         # One all-gather, not an all-reduce per op: each blocking collective is a point where
         # every rank waits for the slowest (BENCHMARKS.md, measured facts).

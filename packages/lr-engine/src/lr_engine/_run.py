@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from lr_config import RunStatus, TrainConfig, TrainingStep
+from lr_config import EvalAggregate, RunStatus, TrainConfig, TrainingStep
 from torch import nn
 
 from ._parallel.dist import DistContext
@@ -48,6 +48,8 @@ class Run:
     base_record: AdapterBase | None = None
     """LoRA: the base the adapters train on (recorded in each adapter folder)."""
     resumed_into_own_folder: bool = False
+    last_eval: tuple[int, EvalAggregate] | None = None
+    """The step and result of the run's last --eval_freq evaluation (main rank; a resume brings back the checkpoint's)."""
     fault: FaultHook | None = None
     """Tests only: the fault to inject before an update (`_faults.py`, LR_TEST_* variables)."""
 
@@ -84,4 +86,6 @@ def training_step_record(run: Run, step: int) -> TrainingStep:
         run_id=run.run_id,
         topology=run.ctx.topology,
         **effective_dtypes(cfg, run.ctx.topology.sharded),
+        last_eval_step=run.last_eval[0] if run.last_eval else None,
+        last_eval=run.last_eval[1] if run.last_eval else None,
     )

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from lr_config import (
+    EvalAggregate,
     MetricsRecord,
     RunStatus,
     TrainConfig,
@@ -51,6 +52,7 @@ from ._parallel.dist import DistContext
 from ._parallel.precision import autocast_for, make_scaler
 from ._parallel.wrap import sync_ignored_grads
 from ._run import Run
+from ._train_eval import TrainingEval, check_eval_env
 from ._setup import (
     build_data,
     build_policy,
@@ -89,6 +91,7 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
     if resume is not None:
         checkpointing.check_steps_continue(cfg, resume.training_step.step)
     cfg = resolve_features(cfg, ctx, resume.step_dir if resume else None)
+    check_eval_env(cfg)
     data = build_data(cfg, ctx, resume.training_step if resume else None, resume.saved_config.dataset if resume else None)
     policy = build_policy(cfg, ctx.device)
     base_record = checkpointing.adapter_base(cfg, ctx, resume)
@@ -107,6 +110,8 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> Run:
         run.start_step = resume.training_step.step
         run.start_samples = resume.training_step.samples_seen
         run.updates = resume.training_step.optimizer_updates
+        if resume.training_step.last_eval_step is not None and resume.training_step.last_eval is not None:
+            run.last_eval = (resume.training_step.last_eval_step, resume.training_step.last_eval)
         checkpointing.warn_changed_settings(run, resume)
     return run
 
@@ -150,6 +155,9 @@ def banner(run: Run) -> None:
     if run.plan is not None:
         log(ctx, f"FSDP units ({run.plan.source}): {len(run.plan.units)}" + (f"; ignored: {', '.join(run.plan.ignored)}" if run.plan.ignored else ""))
     log(ctx, f"dataset {cfg.dataset.root}: {len(run.data.dataset)} frames; output {run.output_dir}")
+    if cfg.eval_freq > 0:
+        log(ctx, f"eval: every {cfg.eval_freq} steps and at the end, {cfg.eval.n_episodes} episodes of {cfg.env.type} "
+                 f"(seeds {cfg.seed}..{cfg.seed + cfg.eval.n_episodes - 1}) on rank 0; the other ranks wait for it")
     log(ctx, checkpointing.publish_plan(cfg))
 
 
@@ -218,7 +226,7 @@ def update(run: Run, step: int) -> None:
     run.updates += 1
 
 
-def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: int) -> MetricsWindow:
+def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: int, evaluation: EvalAggregate | None = None) -> MetricsWindow:
     reduced = window.reduce(run.ctx.world_size, run.samples_per_step)
     info = dict(reduced["info"])
     if run.scaler is not None:
@@ -236,6 +244,7 @@ def log_step(run: Run, window: MetricsWindow, sink: MetricsSink | None, step: in
         samples_per_s=reduced["samples_per_s"],
         mem_gb=reduced["mem_gb"],
         info=info,
+        eval=evaluation,
     )
     if reduced["local_loss"] is not None:
         with open(run.output_dir / f"metrics_rank{run.ctx.rank}.jsonl", "a") as f:
@@ -269,16 +278,19 @@ class Metrics:
         if self.sink is not None:
             self.sink.advance(step)
 
-    def log_if_due(self, step: int, stopping: bool) -> None:
-        if step % self.run.cfg.log_freq == 0 or step == self.run.cfg.steps or stopping:
-            self.window = log_step(self.run, self.window, self.sink, step)
+    def log_if_due(self, step: int, stopping: bool, evaluation: EvalAggregate | None = None, evaluated: bool = False) -> None:
+        """A record at each --log_freq step, the last step, a stop, and a step with an evaluation
+        (`evaluated`, on every rank; its result, `evaluation`, is the main rank's)."""
+        if step % self.run.cfg.log_freq == 0 or step == self.run.cfg.steps or stopping or evaluated:
+            self.window = log_step(self.run, self.window, self.sink, step, evaluation)
 
 
 def train_step(run: Run, steps: range, stream: Iterator[tuple[dict[str, torch.Tensor], float]],
-               checkpointer: Checkpointer, metrics: Metrics) -> bool:
+               checkpointer: Checkpointer, metrics: Metrics, evaluator: TrainingEval | None = None) -> bool:
     """One optimizer update: the forward and backward of each micro-batch in `steps` (loop steps),
-    the update after the last one when it ends on a multiple of K, and the log records due in
-    between. Returns whether every rank agreed to stop at this update."""
+    the update after the last one when it ends on a multiple of K, the --eval_freq evaluation due
+    after it, and the log records due in between. Returns whether every rank agreed to stop at
+    this update."""
     k = run.cfg.grad_accum_steps
     applies = steps[-1] % k == 0
     stopping = False
@@ -296,7 +308,14 @@ def train_step(run: Run, steps: range, stream: Iterator[tuple[dict[str, torch.Te
         run.current_step = step
         metrics.add(step, loss, info, data_s)
         stopping = last and applies and checkpointer.stop_agreed()
-        metrics.log_if_due(step, stopping)
+        evaluation = None
+        evaluated = last and applies and evaluator is not None and evaluator.due(step)
+        if evaluated:
+            assert evaluator is not None
+            started = time.perf_counter()
+            evaluation = evaluator(step)
+            metrics.window.paused_s += time.perf_counter() - started
+        metrics.log_if_due(step, stopping, evaluation if evaluated else None, evaluated)
     return stopping
 
 
@@ -310,11 +329,12 @@ def train_loop(run: Run) -> int:
     stream = batches(run)
     step = run.start_step
     checkpointer = Checkpointer(run)
+    evaluator = TrainingEval(run) if cfg.eval_freq > 0 else None
     failed = True
     try:
         with checkpointer:
             for steps in accumulations(run.start_step, cfg.steps, cfg.grad_accum_steps):
-                stopping = train_step(run, steps, stream, checkpointer, metrics)
+                stopping = train_step(run, steps, stream, checkpointer, metrics, evaluator)
                 step = steps[-1]
                 if step % cfg.grad_accum_steps == 0:
                     checkpointer.after_update(step, stopping)

@@ -69,6 +69,23 @@ from .._widgets.text_panel import TextPanel
 __all__ = ["MonitorView"]
 
 CHARTS = ("loss", "lr", "grad_norm", "samples_per_s")
+
+
+def eval_rows(records: list[MetricsRecord]) -> list[tuple[str, str]]:
+    """The latest --eval_freq evaluation of the run (none: no row): its success rate with the
+    95% interval, the step, the episodes, and the first one's for comparison."""
+    evaluated = [r for r in records if r.eval is not None]
+    if not evaluated:
+        return []
+    last, first = evaluated[-1], evaluated[0]
+    assert last.eval is not None and first.eval is not None
+    e = last.eval
+    rows = [("eval success", f"{100 * e.success_rate:.1f}% ({100 * e.success_ci95_low:.0f}-{100 * e.success_ci95_high:.0f}%) "
+                             f"at step {last.step}, {e.n_episodes} ep")]
+    if first is not last:
+        rows.append(("first eval", f"{100 * first.eval.success_rate:.1f}% at step {first.step}"))
+    rows.append(("eval reward", format_value(e.avg_sum_reward)))
+    return rows
 TABLE_FIELDS = ("step", "epoch", "samples", "loss", "lr", "grad_norm", "samples_per_s", "update_s", "dataloading_s", "mem_gb")
 QUIET_STATES = ("running", "finished", "stopped", "no run.json yet")
 """States whose log tail is not worth a panel (the events say what matters)."""
@@ -367,6 +384,7 @@ class MonitorView(Vertical):
             last = self.records[-1]
             rows = [(name, format_value(getattr(last, name))) for name in TABLE_FIELDS]
             rows += [(name, format_value(value)) for name, value in sorted(last.info.items())]
+            rows += eval_rows(self.records)
         if rows == self._latest_rows:
             return
         self._latest_rows = rows
