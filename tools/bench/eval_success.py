@@ -4,7 +4,8 @@ scripted expert and random actions.
     uv run python tools/bench/eval_success.py [--episodes=100] [--smoke]
 
 Trains `lr-engine train` with no flags (the demo run the README starts with; `--smoke`: 4
-steps of a tiny ACT, its last checkpoint only), then rolls out each of its checkpoints, the
+steps of a tiny ACT, its last checkpoint only) and with `--steps=100` (the row the test of the
+demo's success rate reads), then rolls out each of their checkpoints, the
 scripted expert and uniformly random actions on the same episodes (seeds 1000 to
 1000 + episodes - 1, the eval's default), through `lr-engine eval`'s own code (`run_eval`
 with the flags parsed as the command parses them), in this process.
@@ -23,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 from lr_config.layout import CHECKPOINTS, TRAIN_CONFIG, list_step_dirs  # noqa: E402
 
+SHORT_STEPS = 100
+SHORT_ROW = "demo run with --steps=100"
+"""A shorter zero-flag run (its schedule ends at step 100): the row tests/test_train_eval.py reads."""
 SMOKE_TRAIN = ["--steps=4", "--save_freq=2", "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--batch_size=4"]
 
 
@@ -58,13 +62,20 @@ def main() -> None:
         for step in steps[-1:] if args.smoke else steps:
             info = _eval([f"--policy.path={run / CHECKPOINTS / step}"], Path(tmp) / f"eval_{step}", episodes)
             rows.append(_row(f"demo run, step {int(step)}", info))
+        if not args.smoke:  # what tests/test_train_eval.py trains and checks against this table
+            short = Path(tmp) / "short"
+            C.run_checked([sys.executable, "-m", "lr_engine.cli", "train", f"--output_dir={short}", f"--steps={SHORT_STEPS}"],
+                          timeout=3600, env=env)
+            info = _eval([f"--policy.path={short / CHECKPOINTS / f'{SHORT_STEPS:06d}'}"], Path(tmp) / "eval_short", episodes)
+            rows.append(_row(f"{SHORT_ROW}, step {SHORT_STEPS}", info))
         expert = _eval(["--policy.baseline=expert"], Path(tmp) / "expert", episodes)
         random = _eval(["--policy.baseline=random"], Path(tmp) / "random", episodes)
-    last_rate = float(rows[-1][1].rstrip("%"))
+    last_rate = float(rows[len(steps) - 1 if not args.smoke else 0][1].rstrip("%"))
     random_rate = 100 * float(random["aggregate"]["success_rate"])  # type: ignore[index]
     body = [
         f"The zero-flag demo run (`lr-engine train`: {config['policy']['type']}, {config['steps']} steps, batch "
-        f"{config['batch_size']}, the demo dataset) evaluated at each checkpoint with `lr-engine eval`, "
+        f"{config['batch_size']}, the demo dataset) evaluated at each checkpoint with `lr-engine eval`, and the same run "
+        f"with `--steps={SHORT_STEPS}` (its schedule ends there) at its last checkpoint, "
         f"{episodes} episodes each (seeds 1000-{999 + episodes}, the same for every row), reach2d: success = the agent "
         f"within {expert['env']['success_radius']} of its target within {expert['env']['max_episode_steps']} steps; "  # type: ignore[index]
         "reward = minus the distance to the target, summed over the episode's steps. The interval is the 95% Wilson "

@@ -43,7 +43,7 @@ def _flags(args: argparse.Namespace, batch: int, dataset: Path) -> list[str]:
 
 def _dataset(root: Path, largest_batch: int) -> tuple[Path, int, int]:
     """The demo task with enough episodes for BATCHES_PER_EPOCH batches of the largest size
-    (the shipped demo's 2040 frames hold no batch of 2048): (root, episodes, frames)."""
+    (the shipped demo's 2399 frames make one batch of 2048 and no more): (root, episodes, frames)."""
     import json
     import shutil
 

@@ -63,6 +63,10 @@ def panel_text(app: LrApp, selector: str) -> str:
     return app.query_one(selector, TextPanel).text
 
 
+def static_text(app: LrApp, selector: str) -> str:
+    return str(app.query_one(selector).render())
+
+
 def error_text(app: LrApp, key: str) -> str:
     return str(app.query_one(f"#error-{key}").render())
 
@@ -709,7 +713,11 @@ async def test_a_plugin_policy_is_in_the_list_and_its_flags_complete():
         await app_ready(pilot)
         rows = app.launch_view.rows
         assert [value for _, value in rows["policy_type"].field.options] == ["act", "mlp", "tinyformer"]
+        await wait_until(pilot, lambda: static_text(app, "#policy-flags").startswith("policy act: "), what="ACT's settings")
+        assert static_text(app, "#policy-flags") == "policy act: chunk_size=10 n_action_steps=10 dim_model=128 n_heads=4 (+8 in --help)"
         rows["policy_type"].set_value("tinyformer")
+        await wait_until(pilot, lambda: "tinyformer" in static_text(app, "#policy-flags"), what="the plugin's settings")
+        assert static_text(app, "#policy-flags") == "policy tinyformer: chunk_size=8 n_action_steps=8 dim_model=64 n_heads=4 (+4 in --help)"
         await type_into(pilot, "extra", "--policy.n_bl")
         field = app.query_one("#field-extra")
         await wait_until(pilot, lambda: field._suggestion == "--policy.n_blocks=", what="the flag's completion")

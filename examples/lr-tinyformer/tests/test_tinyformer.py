@@ -5,7 +5,8 @@ the `lr.policies` entry point and runs it with no other code.
 - FSDP2 on 2 ranks (DCP checkpoints at steps 2 and 4), resumed from step 2 onto HSDP 2x2 with
   the same global batch: the resumed losses are the straight run's;
 - `lr-checkpoint convert` of the sharded checkpoint, then `--policy.path` on the converted
-  folder: a LoRA fine-tune (the policy's `_peft_target_modules`), and `lr-engine eval`.
+  folder: a LoRA fine-tune under DDP-2 (the policy's `_peft_target_modules`), and `lr-engine eval`;
+- a single-process run with `--eval_freq`.
 
 Plugins that break the rules (docs/plugins.md) are in `tests/test_plugins.py`.
 """
@@ -95,11 +96,19 @@ def test_a_converted_checkpoint_fine_tunes_with_lora_and_evaluates(fsdp_run: Pat
     model = step / "pretrained_model"
     assert (model / "model.safetensors").exists()
     lora = tmp_path / "lora"
-    ok(run_cli(["lr_engine.cli", "train", f"--policy.path={model}", f"--output_dir={lora}", f"--dataset.root={demo_dataset}",
-                "--peft.method_type=LORA", "--peft.r=4", "--steps=2", "--batch_size=4", "--log_freq=1"]))
+    ok(run_ranks(2, ["train", f"--policy.path={model}", f"--output_dir={lora}", f"--dataset.root={demo_dataset}",
+                     "--peft.method_type=LORA", "--peft.r=4", "--steps=2", "--batch_size=4", "--log_freq=1", "--parallelism.dp_replicate=2"]))
     adapters = json.loads((lora / "pretrained_model" / "adapter_config.json").read_text())
     assert set(adapters["target_modules"]) == {"qkv", "proj", "fc1", "fc2"}
     done = ok(run_cli(["lr_engine.cli", "eval", f"--policy.path={model}", "--eval.n_episodes=2", "--env.max_episode_steps=8",
                        f"--output_dir={tmp_path / 'eval'}"]))
     info = json.loads((tmp_path / "eval" / "eval_info.json").read_text())
     assert info["aggregate"]["n_episodes"] == 2, done
+
+
+def test_a_single_process_run_evaluates_while_it_trains(tmp_path: Path, demo_dataset: Path) -> None:
+    out = tmp_path / "single"
+    printed = ok(run_cli(["lr_engine.cli", "train", f"--output_dir={out}", f"--dataset.root={demo_dataset}", *COMMON, "--steps=2",
+                          "--batch_size=4", "--eval_freq=2", "--eval.n_episodes=2", "--env.max_episode_steps=4"]))
+    assert "eval at step 2: 2 episodes" in printed
+    assert json.loads((out / "run.json").read_text())["status"] == "finished"

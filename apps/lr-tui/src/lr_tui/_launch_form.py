@@ -10,6 +10,7 @@ keystroke, so it only parses and validates.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -22,6 +23,7 @@ from lr_config import (
     POLICY_TYPES,
     ConfigError,
     LaunchSpec,
+    PolicyConfigBase,
     Topology,
     TrainConfig,
     build_launch,
@@ -59,6 +61,8 @@ __all__ = [
 
 GENERAL = ""
 """Key of the problems that name no form field."""
+MAIN_POLICY_FLAGS = 4
+"""How many of the chosen policy's own settings the form shows beside the command."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,18 @@ class LaunchPlan:
             f"batch {cfg.batch_size} x dp_world {topo.dp_world_size} x grad_accum {cfg.grad_accum_steps}"
             f" = {effective_batch(cfg, topo)} effective\n{topo.describe()}"
         )
+
+    def policy_line(self) -> str:
+        """The chosen policy's main settings (its own first `MAIN_POLICY_FLAGS` scalar fields, as
+        the flags set them), for any policy type: built-in or an installed plugin's."""
+        if self.cfg is None:
+            return ""
+        policy = self.cfg.policy
+        base = {f.name for f in dataclasses.fields(PolicyConfigBase)}
+        own = [f.name for f in dataclasses.fields(policy) if f.name not in base and isinstance(getattr(policy, f.name), (bool, int, float, str))]
+        shown = " ".join(f"{name}={_text(getattr(policy, name))}" for name in own[:MAIN_POLICY_FLAGS])
+        more = len(own) - MAIN_POLICY_FLAGS
+        return f"policy {policy.type_name}: {shown}" + (f" (+{more} in --help)" if more > 0 else "")
 
     def dry_run_flags(self) -> list[str] | None:
         """`--dry_run=true --world_size=N <flags>` for `lr-engine train`, or None while invalid."""

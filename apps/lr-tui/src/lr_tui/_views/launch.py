@@ -137,6 +137,7 @@ class LaunchView(Horizontal):
             yield TextPanel("command", id="preview")
             yield Static("", id="notes", markup=False)
             yield Static("", id="batch", markup=False)
+            yield Static("", id="policy-flags", markup=False)
             yield Static("", id="general-problems", markup=False)
             yield TextPanel("plan: lr-engine train --dry_run=true", id="plan")
 
@@ -194,6 +195,7 @@ class LaunchView(Horizontal):
             preview.show(f"{count} problem{'s' if count != 1 else ''} in the settings; see {where}", error=True)
         self._update_static("#notes", "\n".join(plan.notes))
         self._update_static("#batch", plan.batch_line())
+        self._update_static("#policy-flags", plan.policy_line())
         self._update_static("#general-problems", "\n".join(plan.problems.get(GENERAL, [])))
         self._schedule_dry_run(plan)
 
