@@ -131,11 +131,12 @@ def run_cli(
     timeout: float = 300,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `python -m <module> args` for argv like ["lr_engine.cli", "train", "--steps=3"], as a
+    """Run `python -m <module> args` for argv like ["lr_engine.cli", "train", "--steps=3"] (or
+    `python script.py args` when argv[0] is a .py file), as a
     process of its own forked from one that has imported torch already (`forkserver`);
     LR_TEST_FORKSERVER=0 starts a plain interpreter instead."""
     if os.environ.get("LR_TEST_FORKSERVER", "1") == "0":
-        cmd = [sys.executable, "-m", *argv]
+        cmd = [sys.executable, *argv] if argv[0].endswith(".py") else [sys.executable, "-m", *argv]
         return subprocess.run(cmd, env=subprocess_env(env), capture_output=True, text=True, timeout=timeout, cwd=cwd)
     with tempfile.TemporaryDirectory(prefix="lr-cli-") as workdir:
         return _FORK_SERVER.run(argv[0], argv[1:], env=subprocess_env(env), cwd=cwd, timeout=timeout, workdir=Path(workdir))

@@ -55,6 +55,8 @@ async def type_into(pilot, key: str, text: str, *, keep: str = "") -> None:  # t
     """Click the field and type `text` key by key (after `keep`, set directly: typing is slow)."""
     field = pilot.app.query_one(f"#field-{key}")
     field.value = keep
+    field.scroll_visible(animate=False)  # the form scrolls: a field below its fold is brought up first, as a user would
+    await pilot.pause()
     await pilot.click(f"#field-{key}")
     await pilot.press("end", *list(text))
 
@@ -106,8 +108,8 @@ async def test_free_text_flags_are_parsed_and_checked_as_typed():
     async with app.run_test(size=SIZE) as pilot:
         await app_ready(pilot)
         await type_into(pilot, "extra", "130", keep="--seed=3 --policy.dim_model=")
-        await pilot.pause()
-        assert error_text(app, "extra") == "--policy.dim_model: must be divisible by --policy.n_heads (4), got 130"
+        expected = "--policy.dim_model: must be divisible by --policy.n_heads (4), got 130"
+        await wait_until(pilot, lambda: error_text(app, "extra") == expected, what="the typed value's error")
         assert app.query_one("#row-extra", FormRow).has_class("-invalid")
         await pilot.press("backspace", "backspace", "backspace", "6", "4")
         await pilot.pause()
@@ -728,3 +730,60 @@ async def test_a_plugin_policy_is_in_the_list_and_its_flags_complete():
         assert "--policy.type=tinyformer" in command
         await wait_until(pilot, lambda: bool(planner.calls) and "--policy.n_blocks=3" in planner.calls[-1], what="the plan")
         assert "--policy.type=tinyformer" in planner.calls[-1]
+
+
+POINTMASS = Path(__file__).resolve().parents[3] / "packages" / "lr-engine" / "tests" / "data" / "lerobot_reference" / "dataset_pointmass_video"
+"""The video dataset LeRobot 0.6.1 wrote (4 episodes, a 48x64 AV1 camera, state 4, environment 2, action 2)."""
+
+
+def cached_hub_dataset(cache: Path, repo_id: str, info: dict) -> str:  # type: ignore[type-arg]
+    """A dataset's meta/info.json in a Hugging Face hub cache, as huggingface_hub lays it out; its commit."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    folder = cache / f"datasets--{repo_id.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    meta = folder / "snapshots" / commit / "meta"
+    meta.mkdir(parents=True)
+    (meta / "info.json").write_text(json.dumps(info))
+    return commit
+
+
+async def test_the_dataset_fields_complete_and_show_what_the_dataset_holds(tmp_path, monkeypatch):
+    """A local video dataset, a cached Hub one (completed from the cache), one still to download,
+    and a local one with a feature no lr policy takes: the panel under the dataset fields says
+    where each is and what meta/info.json holds, without torch or the network."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot"))
+    info = json.loads((POINTMASS / "meta" / "info.json").read_text())
+    commit = cached_hub_dataset(tmp_path / "hub", "lr-test/pointmass", info)
+    odd = tmp_path / "odd"
+    (odd / "meta").mkdir(parents=True)
+    extra = {**info["features"], "observation.velocity": {"dtype": "float32", "shape": [2], "names": None}}
+    (odd / "meta" / "info.json").write_text(json.dumps({**info, "features": extra}))
+    app = LrApp(plan_runner=FakePlanner(), plan_delay=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await app_ready(pilot)
+        rows = app.launch_view.rows
+
+        def shown() -> str:
+            return static_text(app, "#dataset-info")
+
+        rows["dataset_root"].set_value(str(POINTMASS))
+        await wait_until(pilot, lambda: "local folder" in shown(), what="the local dataset")
+        assert shown().splitlines()[1:] == ["4 episodes, 120 frames, 10 fps", "state 4; env 2; camera top 48x64 av1; action 2"]
+
+        rows["dataset_root"].set_value("")
+        await type_into(pilot, "dataset_repo_id", "lr-test/p")
+        field = app.query_one("#field-dataset_repo_id")
+        await wait_until(pilot, lambda: field._suggestion == "lr-test/pointmass", what="the cached id's completion")
+        await pilot.press("right")
+        await wait_until(pilot, lambda: "cached from the Hub" in shown(), what="the cached dataset")
+        assert f"(commit {commit[:12]})" in shown() and "4 episodes, 120 frames, 10 fps" in shown()
+
+        rows["dataset_repo_id"].set_value("someone/elsewhere")
+        await wait_until(pilot, lambda: "not on this machine" in shown(), what="a dataset to download")
+        assert shown() == "not on this machine: someone/elsewhere is downloaded from the Hub when the run starts"
+
+        rows["dataset_root"].set_value(str(odd))
+        await wait_until(pilot, lambda: "not taken" in static_text(app, "#dataset-problems"), what="the flagged feature")
+        assert static_text(app, "#dataset-problems") == "not taken by lr's policies (ignored): observation.velocity"

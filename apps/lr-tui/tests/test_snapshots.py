@@ -1,5 +1,5 @@
 """Snapshots of each view at 100x30 (and Launch at 80x24, where the footer must fit, also with a
-focused field), the help and the resume screen, on the checked-in sample run; the Monitor's
+focused field, and at 120x40 with a local video dataset chosen), the help and the resume screen, on the checked-in sample run; the Monitor's
 list of the runs found under `outputs/train` at 80x24 and 120x40 (run folders written in a
 temporary folder, with fixed times).
 
@@ -33,6 +33,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(autouse=True)
 def _in_tests_folder(monkeypatch):
     monkeypatch.chdir(HERE)
+    monkeypatch.setenv("LR_CACHE_DIR", "lr-cache")  # the demo's folder, as the dataset panel names it: not generated
     monkeypatch.setattr(cli_tasks, "resolve_executable", lambda name: f"/opt/lr/.venv/bin/{name}")
 
 
@@ -64,6 +65,18 @@ def test_launch_view_80x24_a_focused_field(snap_compare):
         await pilot.pause()
 
     assert snap_compare(sample_app(run=False), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_launch_view_120x40_a_local_video_dataset(snap_compare):
+    """The dataset panel for LeRobot's own video dataset: where, how much, which camera and codec."""
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await plan_shown(pilot)
+        pilot.app.launch_view.rows["dataset_root"].set_value("../../../packages/lr-engine/tests/data/lerobot_reference/dataset_pointmass_video")
+        await wait_until(pilot, lambda: "local folder" in str(pilot.app.query_one("#dataset-info").render()), what="the dataset panel")
+        await pilot.pause()
+
+    assert snap_compare(sample_app(run=False), terminal_size=(120, 40), run_before=run_before)
 
 
 def test_launch_view_invalid_topology(snap_compare):

@@ -5,7 +5,8 @@ the `lr.policies` entry point and runs it with no other code.
 - FSDP2 on 2 ranks (DCP checkpoints at steps 2 and 4), resumed from step 2 onto HSDP 2x2 with
   the same global batch: the resumed losses are the straight run's;
 - `lr-checkpoint convert` of the sharded checkpoint, then `--policy.path` on the converted
-  folder: a LoRA fine-tune under DDP-2 (the policy's `_peft_target_modules`), and `lr-engine eval`;
+  folder: a LoRA fine-tune under DDP-2 (the policy's `_peft_target_modules`) that evaluates as it
+  trains (`--eval_freq`: the main rank's copy carries the adapters), and `lr-engine eval`;
 - a single-process run with `--eval_freq`.
 
 Plugins that break the rules (docs/plugins.md) are in `tests/test_plugins.py`.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from _support.metrics import losses
+from _support.metrics import losses, records
 from _support.procs import run_cli, run_ranks, subprocess_env
 
 pytestmark = pytest.mark.multiprocess
@@ -97,7 +98,9 @@ def test_a_converted_checkpoint_fine_tunes_with_lora_and_evaluates(fsdp_run: Pat
     assert (model / "model.safetensors").exists()
     lora = tmp_path / "lora"
     ok(run_ranks(2, ["train", f"--policy.path={model}", f"--output_dir={lora}", f"--dataset.root={demo_dataset}",
-                     "--peft.method_type=LORA", "--peft.r=4", "--steps=2", "--batch_size=4", "--log_freq=1", "--parallelism.dp_replicate=2"]))
+                     "--peft.method_type=LORA", "--peft.r=4", "--steps=2", "--batch_size=4", "--log_freq=1", "--parallelism.dp_replicate=2",
+                     "--eval_freq=2", "--eval.n_episodes=2", "--env.max_episode_steps=4"]))
+    assert records(lora)[-1]["eval"]["n_episodes"] == 2  # the main rank's copy of the policy carries the adapters
     adapters = json.loads((lora / "pretrained_model" / "adapter_config.json").read_text())
     assert set(adapters["target_modules"]) == {"qkv", "proj", "fc1", "fc2"}
     done = ok(run_cli(["lr_engine.cli", "eval", f"--policy.path={model}", "--eval.n_episodes=2", "--env.max_episode_steps=8",

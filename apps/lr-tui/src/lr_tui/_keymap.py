@@ -70,7 +70,10 @@ def _rows(bindings: list[BindingType]) -> list[tuple[str, str]]:
 
 HELP: list[tuple[str, list[tuple[str, str]]]] = [
     ("Everywhere", _GLOBAL),
-    ("Launch", _rows(LAUNCH_BINDINGS)),
+    ("Launch", [
+        *_rows(LAUNCH_BINDINGS),
+        ("→ at the end", "accept the grey completion: a flag name (more flags), a cached dataset id, a folder name"),
+    ]),
     ("Monitor", [
         ("↑ ↓ / enter", "the runs found, newest first: move / watch one"),
         *_rows(MONITOR_BINDINGS),

@@ -74,8 +74,9 @@ class FormField:
     options: tuple[tuple[str, str], ...] = ()
     """(label, value) choices: the field is a select when given."""
     placeholder: str = ""
-    completes_flags: bool = False
-    """The field takes `--a.b=c` flags, and completes their names as they are typed."""
+    completes: str = ""
+    """What the field completes as it is typed: "flags" (`--a.b=c` names), "folders", "datasets"
+    (the repo ids of the datasets on this machine)."""
 
 
 def _policy_choices() -> tuple[tuple[str, str], ...]:
@@ -99,8 +100,8 @@ FIELDS: tuple[FormField, ...] = (
     FormField("rdzv_endpoint", "rendezvous", placeholder="HOST:PORT of node 0"),
     FormField("policy_type", "policy type", "policy.type", _policy_choices()),
     FormField("policy_path", "policy path", "policy.path", placeholder="saved policy to fine-tune"),
-    FormField("dataset_repo_id", "dataset id", "dataset.repo_id"),
-    FormField("dataset_root", "dataset root", "dataset.root", placeholder="local dataset folder"),
+    FormField("dataset_repo_id", "dataset id", "dataset.repo_id", completes="datasets"),
+    FormField("dataset_root", "dataset root", "dataset.root", placeholder="local dataset folder", completes="folders"),
     FormField("steps", "steps", "steps"),
     FormField("batch_size", "batch size", "batch_size"),
     FormField("grad_accum", "grad accum", "accelerator.gradient_accumulation.steps"),
@@ -112,7 +113,7 @@ FIELDS: tuple[FormField, ...] = (
     FormField("peft_method", "PEFT", "peft.method_type", (("none", ""), ("LoRA", "LORA"))),
     FormField("peft_r", "LoRA r", "peft.r"),
     FormField("output_dir", "output dir", "output_dir", placeholder="outputs/train/<date>/<time>_<job>"),
-    FormField("extra", "more flags", placeholder="--a.b=c ...", completes_flags=True),
+    FormField("extra", "more flags", placeholder="--a.b=c ...", completes="flags"),
 )
 
 _BY_KEY = {f.key: f for f in FIELDS}

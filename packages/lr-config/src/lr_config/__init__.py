@@ -2,10 +2,11 @@
 
 Typed, versioned dataclasses for every setting and file, the `--a.b=value` flag parser,
 validation with errors that name the flag, topology and batch arithmetic, the accelerate
-environment guard, and launch-command building. Two submodules hold the checkpoint files'
-shape for every package: `lr_config.layout` (the folder and file names of a run and its
-checkpoints, and the step folder a path means) and `lr_config.st_format` (the safetensors
-header, written and read without torch). Pure Python: importing it never imports torch.
+environment guard, and launch-command building. Three submodules hold file shapes for every
+package: `lr_config.layout` (the folder and file names of a run and its checkpoints, and the
+step folder a path means), `lr_config.st_format` (the safetensors header, written and read
+without torch) and `lr_config.datasets` (where a dataset is on this machine, and the rule that
+turns its features into a policy's inputs). Pure Python: importing it never imports torch.
 
     >>> from lr_config import parse_train_config, validate
     >>> cfg = parse_train_config(["--parallelism.dp_shard=-1", "--batch_size=4"])

@@ -315,7 +315,7 @@ def train_step(run: Run, steps: range, stream: Iterator[tuple[dict[str, torch.Te
             started = time.perf_counter()
             evaluation = evaluator(step)
             metrics.window.paused_s += time.perf_counter() - started
-        metrics.log_if_due(step, stopping, evaluation if evaluated else None, evaluated)
+        metrics.log_if_due(step, stopping, evaluation, evaluated)
     return stopping
 
 

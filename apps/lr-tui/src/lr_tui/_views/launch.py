@@ -51,6 +51,7 @@ from lr_config import (
 from lr_config.layout import StepFiles
 
 from .._cli_tasks import plan_argv, run_streaming, start_training
+from .._dataset_info import DatasetInfo, dataset_info
 from .._clipboard import copy_text
 from .._keymap import LAUNCH_BINDINGS
 from .._launch_form import (
@@ -123,6 +124,8 @@ class LaunchView(Horizontal):
         self._refresh_queued = False
         self._filled_from: tuple[str, bool] | None = None
         """The (`--config_path`, resume) the fields were last filled from."""
+        self._dataset_key: tuple[str, Path | None, str | None] | None = None
+        self._dataset = DatasetInfo([], [])
         self._baseline: dict[str, str] = dict(self._defaults)
         """What the form last set each field to (defaults, a preset, a fill from a file, a fresh
         output dir): a field holding something else was changed by the user."""
@@ -133,6 +136,9 @@ class LaunchView(Horizontal):
             form.border_title = "settings"
             for field in FIELDS:
                 yield FormRow(field, values[field.key])
+                if field.key == "dataset_root":
+                    yield Static("", id="dataset-info", markup=False)
+                    yield Static("", id="dataset-problems", markup=False)
         with Vertical(id="launch-side"):
             yield TextPanel("command", id="preview")
             yield Static("", id="notes", markup=False)
@@ -196,6 +202,7 @@ class LaunchView(Horizontal):
         self._update_static("#notes", "\n".join(plan.notes))
         self._update_static("#batch", plan.batch_line())
         self._update_static("#policy-flags", plan.policy_line())
+        self._show_dataset(plan)
         self._update_static("#general-problems", "\n".join(plan.problems.get(GENERAL, [])))
         self._schedule_dry_run(plan)
 
@@ -217,6 +224,21 @@ class LaunchView(Horizontal):
         labels = [row.field.label for key, row in self.rows.items() if key in kept and filled[key] != plain[key]]
         self.notify(f"Fields filled from {source.path}" + (f"; kept yours: {', '.join(labels)}" if labels else ""))
         return filled
+
+    def _show_dataset(self, plan: LaunchPlan) -> None:
+        """Where the chosen dataset is and what it holds (`_dataset_info`: meta/info.json only),
+        read again only when the dataset settings change."""
+        if plan.cfg is not None:
+            data = plan.cfg.dataset
+            key: tuple[str, Path | None, str | None] = (data.repo_id, data.root, data.revision)
+        else:
+            root = self.rows["dataset_root"].value.strip()
+            key = (self.rows["dataset_repo_id"].value.strip(), Path(root) if root else None, None)
+        if key != self._dataset_key:
+            self._dataset_key = key
+            self._dataset = dataset_info(*key)
+        self._update_static("#dataset-info", "\n".join(self._dataset.lines))
+        self._update_static("#dataset-problems", "\n".join(self._dataset.problems))
 
     def _update_static(self, selector: str, text: str) -> None:
         """Update only on change: every update of an auto-height widget costs a layout."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from lr_config import ConfigError, all_flag_paths
+from lr_config.datasets import cached_dataset_ids
 from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.suggester import Suggester
@@ -11,7 +14,7 @@ from textual.widgets import Input, Label, Static
 from .._launch_form import FormField
 from .choice import Choice
 
-__all__ = ["FlagSuggester", "FormRow"]
+__all__ = ["DatasetIdSuggester", "FlagSuggester", "FormRow"]
 
 
 class FlagSuggester(Suggester):
@@ -22,21 +25,48 @@ class FlagSuggester(Suggester):
         super().__init__(use_cache=True, case_sensitive=True)
         self._flags: list[str] | None = None
 
-    def flags(self) -> list[str]:
-        if self._flags is None:
-            try:
-                self._flags = sorted(all_flag_paths())
-            except ConfigError:  # a broken plugin: the form's plan names it
-                self._flags = []
-        return self._flags
+    @staticmethod
+    def _all_flags() -> list[str]:
+        try:
+            return sorted(all_flag_paths())
+        except ConfigError:  # a broken plugin: the form's plan names it
+            return []
 
     async def get_suggestion(self, value: str) -> str | None:
         token = value.rpartition(" ")[2]
         if not token.startswith("--") or "=" in token or len(token) < 3:
             return None
+        if self._flags is None:  # the first time, off the event loop (about 0.1 s: every field's type, the plugins)
+            self._flags = await asyncio.to_thread(self._all_flags)
         name = token[2:]
-        match = next((flag for flag in self.flags() if flag.startswith(name)), None)
+        match = next((flag for flag in self._flags if flag.startswith(name)), None)
         return None if match is None else f"{value}{match[len(name):]}="
+
+
+class DatasetIdSuggester(Suggester):
+    """Completes a dataset repo id from those on this machine (`lr_config.datasets.cached_dataset_ids`:
+    the demo, LeRobot's downloads, the Hugging Face cache), read when the field is first typed in."""
+
+    def __init__(self) -> None:
+        super().__init__(use_cache=True, case_sensitive=True)
+        self._ids: list[str] | None = None
+
+    async def get_suggestion(self, value: str) -> str | None:
+        if self._ids is None:
+            self._ids = await asyncio.to_thread(cached_dataset_ids)  # scans two cache folders: off the event loop
+        return next((i for i in self._ids if i.startswith(value) and i != value), None) if value else None
+
+
+def _suggester(kind: str) -> Suggester | None:
+    if kind == "flags":
+        return FlagSuggester()
+    if kind == "datasets":
+        return DatasetIdSuggester()
+    if kind == "folders":
+        from .._screens.prompt import DirectorySuggester
+
+        return DirectorySuggester()
+    return None
 
 
 class FormRow(Grid):
@@ -61,7 +91,7 @@ class FormRow(Grid):
         else:
             # validate_on=(): lr-config validates; Input's own check only toggles a class,
             # and each toggle restyles the field (16 restyles before the first frame)
-            suggester = FlagSuggester() if self.field.completes_flags else None
+            suggester = _suggester(self.field.completes)
             self.control = Input(self._initial, placeholder=self.field.placeholder, compact=True, validate_on=(), id=f"field-{key}", suggester=suggester)
             self.control.cursor_blink = False
         yield self.control

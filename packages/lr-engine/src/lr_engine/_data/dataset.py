@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from lr_config import FeatureSpec, ImageTransformsConfig, read_json_object
+from lr_config import ConfigError, FeatureSpec, ImageTransformsConfig, read_json_object
+from lr_config.datasets import BOOKKEEPING, policy_features
 
 from .arrow import MappedColumns, mapped_table
 from .demo import demo_features, demo_root
@@ -43,7 +44,6 @@ from .errors import DatasetError
 
 __all__ = ["BOOKKEEPING", "DatasetError", "DatasetMeta", "LeRobotDataset", "data_files", "load_meta"]
 
-BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 
 @dataclass
@@ -65,27 +65,12 @@ class DatasetMeta:
         return [key for key, feat in self.features.items() if feat.get("dtype") == "video"]
 
     def policy_features(self) -> tuple[dict[str, FeatureSpec], dict[str, FeatureSpec]]:
-        """Inputs and outputs as the policy sees them (images as [C, H, W])."""
-        inputs: dict[str, FeatureSpec] = {}
-        outputs: dict[str, FeatureSpec] = {}
-        for key, feat in self.features.items():
-            if key in BOOKKEEPING:
-                continue
-            shape = [int(s) for s in feat["shape"]]
-            if feat["dtype"] in ("image", "video"):
-                inputs[key] = FeatureSpec(type="VISUAL", shape=[shape[2], shape[0], shape[1]])
-            elif key == "action":
-                outputs[key] = FeatureSpec(type="ACTION", shape=shape)
-            elif key == "observation.environment_state":
-                inputs[key] = FeatureSpec(type="ENV", shape=shape)
-            elif key.startswith("observation.state"):
-                inputs[key] = FeatureSpec(type="STATE", shape=shape)
-        if "action" not in outputs:
-            raise DatasetError(f"{self.root / 'meta' / 'info.json'}: the dataset has no 'action' feature to learn")
-        if not inputs:
-            raise DatasetError(f"{self.root / 'meta' / 'info.json'}: the dataset has no observation.* features")
-        return inputs, outputs
-
+        """Inputs and outputs as the policy sees them (images as [C, H, W]): lr_config.datasets' rule."""
+        try:
+            found = policy_features(self.info, str(self.root / "meta" / "info.json"))
+        except ConfigError as exc:
+            raise DatasetError(str(exc)) from None
+        return found.inputs, found.outputs
 
 def _read_json(path: Path) -> dict[str, Any]:
     return read_json_object(path, error=DatasetError, missing=": missing; not a LeRobot v3 dataset")

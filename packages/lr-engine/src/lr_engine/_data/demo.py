@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from lr_config.datasets import demo_root, lr_cache_dir
 
 DEMO_VERSION = 2
 """2: the shipped demo's episodes end soon after the target is reached (version 1 recorded 40 episodes of 40-60 frames)."""
@@ -53,15 +54,8 @@ VIDEO_CRF = 30
 _MARKER = f".lr_demo_v{DEMO_VERSION}"
 
 
-def cache_dir() -> Path:
-    if os.environ.get("LR_CACHE_DIR"):
-        return Path(os.environ["LR_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lr"
-
-
-def demo_root(repo_id: str) -> Path:
-    return cache_dir() / "datasets" / repo_id
+cache_dir = lr_cache_dir
+"""lr's cache folder (lr_config.datasets: `$LR_CACHE_DIR`, else `$XDG_CACHE_HOME/lr`, else `~/.cache/lr`)."""
 
 
 MAX_SPEED = 0.6

@@ -106,6 +106,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
 from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 from lr_config import read_json_object
+from lr_config.datasets import hub_cache_dir
 
 from .errors import DatasetError
 
@@ -148,16 +149,6 @@ class _Hub:
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def hub_cache_dir() -> Path:
-    """The Hugging Face hub cache: HF_HUB_CACHE, else $HF_HOME/hub, else the default."""
-    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if explicit:
-        return Path(os.path.expandvars(explicit)).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
-    return Path(os.path.expandvars(home)).expanduser() / "hub"
 
 
 def _hub(endpoint: str | None) -> _Hub:

@@ -16,7 +16,6 @@ raised before anything is written to the output folder.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lr_config import DEMO_REPO_ID, DatasetConfig
+from lr_config.datasets import lerobot_home
 
 from .demo import demo_root, ensure_demo_dataset
 from .errors import DatasetError
@@ -34,10 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["lerobot_home", "locate_dataset", "meta_root", "one_per_node", "resolve_dataset_root"]
 
 _WAIT = timedelta(days=7)
-
-
-def lerobot_home() -> Path:
-    return Path(os.environ.get("HF_LEROBOT_HOME") or Path.home() / ".cache" / "huggingface" / "lerobot")
 
 
 def _local_root(root: Path) -> Path:
