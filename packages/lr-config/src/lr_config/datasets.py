@@ -71,8 +71,9 @@ def hub_cache_dir() -> Path:
     return Path(os.path.expandvars(home)).expanduser() / "hub"
 
 
-def hub_dataset_folder(repo_id: str) -> Path:
-    return hub_cache_dir() / f"datasets--{repo_id.replace('/', '--')}"
+def hub_dataset_folder(repo_id: str, cache: Path | None = None) -> Path:
+    """The dataset's folder in the hub cache (`cache`, else `hub_cache_dir()`), as huggingface_hub names it."""
+    return (cache if cache is not None else hub_cache_dir()) / f"datasets--{repo_id.replace('/', '--')}"
 
 
 @dataclass(frozen=True)

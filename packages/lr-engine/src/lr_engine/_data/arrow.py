@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from lr_config.datasets import lr_cache_dir
 
-from .demo import cache_dir
 from .errors import DatasetError
 
 __all__ = ["MappedColumns", "arrow_path", "mapped_table"]
@@ -36,7 +36,7 @@ def arrow_path(parquet: Path) -> Path:
     """Where the mapped copy of `parquet` lives (a function of its path, size and mtime)."""
     st = parquet.stat()
     key = hashlib.sha256(f"{parquet.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
-    return cache_dir() / "arrow" / f"{key}.arrow"
+    return lr_cache_dir() / "arrow" / f"{key}.arrow"
 
 
 def _convert(parquet: Path, target: Path) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from lr_config.datasets import demo_root, lr_cache_dir
+from lr_config.datasets import demo_root
 
 DEMO_VERSION = 2
 """2: the shipped demo's episodes end soon after the target is reached (version 1 recorded 40 episodes of 40-60 frames)."""
@@ -52,10 +52,6 @@ VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.m
 VIDEO_G = 2  # LeRobot's defaults: a keyframe every 2 frames, crf 30
 VIDEO_CRF = 30
 _MARKER = f".lr_demo_v{DEMO_VERSION}"
-
-
-cache_dir = lr_cache_dir
-"""lr's cache folder (lr_config.datasets: `$LR_CACHE_DIR`, else `$XDG_CACHE_HOME/lr`, else `~/.cache/lr`)."""
 
 
 MAX_SPEED = 0.6

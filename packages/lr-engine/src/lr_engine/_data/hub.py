@@ -106,7 +106,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import WeakFileLock, build_hf_headers  # type: ignore[attr-defined]
 from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 from lr_config import read_json_object
-from lr_config.datasets import hub_cache_dir
+from lr_config.datasets import hub_cache_dir, hub_dataset_folder
 
 from .errors import DatasetError
 
@@ -162,7 +162,7 @@ def _api(hub: _Hub) -> HfApi:
 
 
 def _repo_folder(hub: _Hub, repo_id: str) -> Path:
-    return hub.cache_dir / f"datasets--{repo_id.replace('/', '--')}"
+    return hub_dataset_folder(repo_id, hub.cache_dir)
 
 
 def _snapshot(hub: _Hub, repo_id: str, commit: str) -> Path:
