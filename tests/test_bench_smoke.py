@@ -34,6 +34,7 @@ CASES = [
     ("data_loading", []),
     ("verify_scaling", []),
     ("eval_success", []),
+    ("vs_lerobot_train", []),
 ]
 
 

@@ -207,3 +207,27 @@ def test_a_lora_checkpoint_saved_without_a_base_record_resumes_with_a_warning(lo
     assert "has no adapter_base.json (saved by an older lr)" in proc.stdout
     assert losses(out) == losses(run)[2:]
     assert (out / "checkpoints" / "000004" / "pretrained_model" / "adapter_base.json").exists()
+
+
+def test_a_lora_checkpoint_is_a_policy_path_its_adapters_merged_into_its_base(lora_runs: dict[str, Path], tmp_path: Path,
+                                                                           demo_dataset: Path) -> None:
+    """`--policy.path=<a LoRA run's pretrained_model>` (adapters only) fine-tunes in full from the
+    base it records with the adapters merged in; new adapters on it are refused by name."""
+    from lr_engine import load_adapter_policy
+
+    adapters = lora_runs["fsdp"] / "pretrained_model"
+    merged = {k: v.detach() for k, v in load_adapter_policy(adapters).merge_and_unload().state_dict().items()}
+    out = tmp_path / "full"
+    still = ["--optimizer.type=sgd", "--optimizer.betas=[0,0.999]", "--optimizer.weight_decay=0", "--optimizer.grad_clip_norm=0",
+             "--optimizer.lr=1e-30"]  # weights held still: the run saves what it started from
+    ok(run_cli(["lr_engine.cli", "train", f"--policy.path={adapters}", f"--dataset.root={demo_dataset}", f"--output_dir={out}",
+                "--steps=1", "--batch_size=4", *still]))
+    saved = load_file(str(out / "pretrained_model" / "model.safetensors"))
+    assert set(saved) == set(merged)
+    for key in merged:
+        torch.testing.assert_close(saved[key], merged[key], rtol=0, atol=1e-20, msg=key)
+    refused = tmp_path / "lora-on-lora"
+    proc = run_cli(["lr_engine.cli", "train", f"--policy.path={adapters}", f"--dataset.root={demo_dataset}", f"--output_dir={refused}",
+                    "--steps=1", "--peft.method_type=LORA"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--policy.path: {adapters} holds LoRA adapters, not a full model" in proc.stderr and not refused.exists()

@@ -28,7 +28,7 @@ def test_local_shards_are_one_nth_and_ignored_modules_are_whole(tmp_path: Path, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
     assert ranks[0].keys() == ranks[1].keys()
-    ignored = [k for k in ranks[0] if k.startswith("vae_encoder.")]
+    ignored = [k for k in ranks[0] if k.startswith("model.vae_encoder.")]
     assert ignored
     for name in ranks[0]:
         sizes = [r[name]["local"] for r in ranks]

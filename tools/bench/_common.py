@@ -34,7 +34,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "BENCHMARKS.md"
-ORDER = ["engine_overhead", "memory_fsdp", "checkpoint_io", "async_save", "converter", "startup", "gpu_throughput", "data_loading", "verify_scaling", "eval_success"]
+ORDER = ["engine_overhead", "memory_fsdp", "checkpoint_io", "async_save", "converter", "startup", "gpu_throughput", "data_loading",
+         "verify_scaling", "eval_success", "vs_lerobot_train"]
 TITLE = "# lr benchmarks"
 INTRO = """\
 Each section is written by one command in `tools/bench/` and replaced when that command

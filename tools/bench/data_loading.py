@@ -347,7 +347,9 @@ class Runner:
         from _act import SMOKE_ACT_FLAGS
 
         s = self.args
-        flags = [*(SMOKE_ACT_FLAGS if s.smoke else ["--policy.type=act"]), f"--policy.chunk_size={s.horizon}",
+        policy = [f for f in SMOKE_ACT_FLAGS if not f.startswith(("--policy.chunk_size=", "--policy.n_action_steps="))] if s.smoke else [
+            "--policy.type=act", "--policy.pretrained_backbone_weights=null"]
+        flags = [*policy, f"--policy.chunk_size={s.horizon}",
                  f"--policy.n_action_steps={s.horizon}", f"--dataset.root={root}", f"--batch_size={BATCH}",
                  f"--num_workers={num_workers}", f"--steps={s.log_freq * (1 + s.windows)}", f"--log_freq={s.log_freq}",
                  "--save_checkpoint=false", f"--output_dir={out}"]

@@ -3,9 +3,11 @@ scripted expert and random actions.
 
     uv run python tools/bench/eval_success.py [--episodes=100] [--smoke]
 
-Trains `lr-engine train` with no flags (the demo run the README starts with; `--smoke`: 4
-steps of a tiny ACT, its last checkpoint only) and with `--steps=100` (the row the test of the
-demo's success rate reads), then rolls out each of their checkpoints, the
+Trains `lr-engine train` with no flags (the demo run the README starts with: ACT at the demo
+preset; `--smoke`: 4 steps of a tiny ACT, its last checkpoint only), with `--steps=100` (the
+row the test of the demo's success rate reads) and with `--policy.type=act` (LeRobot's ACT
+defaults: chunk 100, dim 512, 4+1 layers, CVAE; `LEROBOT_STEPS` steps, batch 8), then rolls out
+each of their checkpoints, the
 scripted expert and uniformly random actions on the same episodes (seeds 1000 to
 1000 + episodes - 1, the eval's default), through `lr-engine eval`'s own code (`run_eval`
 with the flags parsed as the command parses them), in this process.
@@ -25,6 +27,8 @@ import _common as C  # noqa: E402
 from lr_config.layout import CHECKPOINTS, TRAIN_CONFIG, list_step_dirs  # noqa: E402
 
 SHORT_STEPS = 100
+LEROBOT_STEPS = 300
+LEROBOT_ROW = "ACT with LeRobot's defaults (--policy.type=act)"
 SHORT_ROW = "demo run with --steps=100"
 """A shorter zero-flag run (its schedule ends at step 100): the row tests/test_train_eval.py reads."""
 SMOKE_TRAIN = ["--steps=4", "--save_freq=2", "--policy.dim_model=32", "--policy.dim_feedforward=64", "--policy.n_heads=2", "--batch_size=4"]
@@ -68,6 +72,11 @@ def main() -> None:
                           timeout=3600, env=env)
             info = _eval([f"--policy.path={short / CHECKPOINTS / f'{SHORT_STEPS:06d}'}"], Path(tmp) / "eval_short", episodes)
             rows.append(_row(f"{SHORT_ROW}, step {SHORT_STEPS}", info))
+            lerobot = Path(tmp) / "lerobot_defaults"
+            C.run_checked([sys.executable, "-m", "lr_engine.cli", "train", f"--output_dir={lerobot}", "--policy.type=act",
+                           f"--steps={LEROBOT_STEPS}", "--batch_size=8", f"--save_freq={LEROBOT_STEPS}"], timeout=7200, env=env)
+            info = _eval([f"--policy.path={lerobot / CHECKPOINTS / f'{LEROBOT_STEPS:06d}'}"], Path(tmp) / "eval_lerobot", episodes)
+            rows.append(_row(f"{LEROBOT_ROW}, batch 8, step {LEROBOT_STEPS}", info))
         expert = _eval(["--policy.baseline=expert"], Path(tmp) / "expert", episodes)
         random = _eval(["--policy.baseline=random"], Path(tmp) / "random", episodes)
     last_rate = float(rows[len(steps) - 1 if not args.smoke else 0][1].rstrip("%"))
@@ -75,7 +84,8 @@ def main() -> None:
     body = [
         f"The zero-flag demo run (`lr-engine train`: {config['policy']['type']}, {config['steps']} steps, batch "
         f"{config['batch_size']}, the demo dataset) evaluated at each checkpoint with `lr-engine eval`, and the same run "
-        f"with `--steps={SHORT_STEPS}` (its schedule ends there) at its last checkpoint, "
+        f"with `--steps={SHORT_STEPS}` (its schedule ends there) at its last checkpoint, `--policy.type=act` (LeRobot's ACT "
+        f"defaults, {LEROBOT_STEPS} steps of batch 8, the rest of the flags as the demo run) at its last checkpoint, "
         f"{episodes} episodes each (seeds 1000-{999 + episodes}, the same for every row), reach2d: success = the agent "
         f"within {expert['env']['success_radius']} of its target within {expert['env']['max_episode_steps']} steps; "  # type: ignore[index]
         "reward = minus the distance to the target, summed over the episode's steps. The interval is the 95% Wilson "

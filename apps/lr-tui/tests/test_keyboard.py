@@ -97,4 +97,4 @@ async def test_a_choice_steps_with_arrows_and_picks_from_its_menu_by_key_and_cli
         await pilot.click(offset=(0, 0))  # outside the menu
         await pilot.pause()
         assert not isinstance(app.screen, ChoiceMenu)
-        assert app.focused is app.query_one("#field-policy_type") and view.rows["policy_type"].value == "act"
+        assert app.focused is app.query_one("#field-policy_type") and view.rows["policy_type"].value == ""  # the demo preset, unchanged

@@ -210,8 +210,9 @@ async def test_the_plan_panel_shows_the_real_dry_run(tiny_dataset):
         assert params is not None and int(params[1].replace(",", "")) < 100_000, lines[2]  # the tiny ACT, not the default 1M
         assert lines[3] == "FSDP units (the policy's _fsdp_wrap_modules): 5, then the root"
         assert [line.split()[:2] for line in lines[4:9]] == [
-            ["vae_encoder.0", "ACTEncoderLayer"], ["vae_encoder.1", "ACTEncoderLayer"], ["encoder.0", "ACTEncoderLayer"],
-            ["encoder.1", "ACTEncoderLayer"], ["decoder.0", "ACTDecoderLayer"],
+            ["model.vae_encoder.layers.0", "ACTEncoderLayer"], ["model.vae_encoder.layers.1", "ACTEncoderLayer"],
+            ["model.encoder.layers.0", "ACTEncoderLayer"], ["model.encoder.layers.1", "ACTEncoderLayer"],
+            ["model.decoder.layers.0", "ACTDecoderLayer"],
         ]
         assert lines[-1].startswith("per-rank memory estimate (fp32 master weights, adamw): parameters ")
         assert plan.border_subtitle == "world size 2" and not plan.has_class("-error")
@@ -714,9 +715,9 @@ async def test_a_plugin_policy_is_in_the_list_and_its_flags_complete():
     async with app.run_test(size=SIZE) as pilot:
         await app_ready(pilot)
         rows = app.launch_view.rows
-        assert [value for _, value in rows["policy_type"].field.options] == ["act", "mlp", "tinyformer"]
-        await wait_until(pilot, lambda: static_text(app, "#policy-flags").startswith("policy act: "), what="ACT's settings")
-        assert static_text(app, "#policy-flags") == "policy act: chunk_size=10 n_action_steps=10 dim_model=128 n_heads=4 (+8 in --help)"
+        assert [value for _, value in rows["policy_type"].field.options] == ["", "act", "mlp", "tinyformer"]
+        await wait_until(pilot, lambda: static_text(app, "#policy-flags").startswith("policy act"), what="ACT's settings")
+        assert static_text(app, "#policy-flags") == "policy act (demo preset): chunk_size=10 n_action_steps=10 dim_model=128 vision_backbone=resnet18 (+16 in --help)"
         rows["policy_type"].set_value("tinyformer")
         await wait_until(pilot, lambda: "tinyformer" in static_text(app, "#policy-flags"), what="the plugin's settings")
         assert static_text(app, "#policy-flags") == "policy tinyformer: chunk_size=8 n_action_steps=8 dim_model=64 n_heads=4 (+4 in --help)"

@@ -225,9 +225,9 @@ lr-engine dry run: 1 process, nothing will be trained
 batch_size 32 x dp_world_size 1 x grad_accum 1 = effective batch 32 (topology: single process dp_replicate=1 dp_shard=1 world=1)
 policy act: 1,073,986 parameters (1,073,986 trainable)
 FSDP units (the policy's _fsdp_wrap_modules): 5, then the root
-  vae_encoder.0  ACTEncoderLayer  198,272 params
-  encoder.0  ACTEncoderLayer  198,272 params
-  decoder.0  ACTDecoderLayer  264,576 params
+  model.vae_encoder.layers.0  ACTEncoderLayer  198,272 params
+  model.encoder.layers.0  ACTEncoderLayer  198,272 params
+  model.decoder.layers.0  ACTDecoderLayer  264,576 params
 per-rank memory estimate (fp32 master weights, adamw): total 8.2 MiB"""
 
 

@@ -118,7 +118,7 @@ def test_nested_paths_change_only_their_leaf() -> None:
 
 def test_a_dict_entry_can_be_set_alone() -> None:
     cfg = parse_train_config(["--policy.normalization_mapping.ACTION=min_max"])
-    assert cfg.policy.normalization_mapping == {"STATE": "mean_std", "ENV": "mean_std", "VISUAL": "mean_std", "ACTION": "min_max"}
+    assert cfg.policy.normalization_mapping == {"VISUAL": "mean_std", "STATE": "mean_std", "ACTION": "min_max"}
 
 
 def test_a_whole_dict_is_json() -> None:
@@ -145,7 +145,7 @@ def test_a_bare_string_for_a_list_is_refused_not_split_into_characters(flag: str
 
 def test_every_list_setting_takes_only_a_json_list() -> None:
     list_flags = [path for path, type_name, _, _ in _help_table() if "list[" in type_name]
-    assert set(list_flags) == {*LIST_OF_STR_FLAGS, "dataset.episodes", "policy.backbone_channels", "optimizer.betas"}
+    assert set(list_flags) == {*LIST_OF_STR_FLAGS, "dataset.episodes", "optimizer.betas"}
     for path in list_flags:
         for raw in ("q_proj", "16,32", '{"a": 1}', "3"):
             message = error_of([f"--{path}={raw}"])
@@ -589,3 +589,23 @@ def test_dot_inside_the_checkpoints_folder_means_last(tmp_path: Path, monkeypatc
     for dot in (".", "./"):
         cfg = parse_train_config(["--resume=true", f"--config_path={dot}"])
         assert cfg.steps == 40 and cfg.output_dir == run
+
+
+def test_no_policy_flag_is_the_demo_preset_and_policy_type_act_is_lerobots_defaults() -> None:
+    from lr_config import config_to_flags, demo_act, demo_preset_note
+
+    preset = parse_train_config([]).policy
+    assert preset == demo_act() and demo_preset_note(preset) is not None
+    assert "demo preset" in (demo_preset_note(preset) or "") and "--policy.type=act alone gives LeRobot's defaults" in (demo_preset_note(preset) or "")
+    lerobot = parse_train_config(["--policy.type=act"]).policy
+    assert lerobot == ACTConfig() and demo_preset_note(lerobot) is None
+    assert (lerobot.chunk_size, lerobot.dim_model, lerobot.n_heads, lerobot.pretrained_backbone_weights) == (100, 512, 8, "ResNet18_Weights.IMAGENET1K_V1")
+    merged = parse_train_config(["--policy.dim_model=64"]).policy
+    assert merged == dataclasses.replace(demo_act(), dim_model=64)  # other policy flags are merged over the preset
+    # the launch flags of each: the shorter of "over the preset" and "--policy.type=act + differences"
+    assert config_to_flags(parse_train_config([])) == []
+    assert config_to_flags(parse_train_config(["--policy.type=act"])) == ["--policy.type=act"]
+    assert config_to_flags(parse_train_config(["--policy.dim_model=64"])) == ["--policy.dim_model=64"]
+    for argv in ([], ["--policy.type=act"], ["--policy.dim_model=64"], ["--policy.type=act", "--policy.chunk_size=20"]):
+        cfg = parse_train_config(argv)
+        assert parse_train_config(config_to_flags(cfg)) == cfg, argv

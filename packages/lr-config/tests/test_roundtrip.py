@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lr_config import (
+    BACKBONE_WEIGHTS,
     ACTConfig,
     ConfigError,
     FeatureSpec,
@@ -95,10 +96,12 @@ def policy_common(draw: st.DrawFn) -> dict[str, Any]:
 def act_configs(draw: st.DrawFn) -> ACTConfig:
     chunk = draw(st.integers(1, 100))
     heads = draw(st.integers(1, 8))
+    steps = draw(st.integers(1, chunk))
+    backbone = draw(st.sampled_from(sorted(BACKBONE_WEIGHTS)))
     return ACTConfig(
         **draw(policy_common()),
         chunk_size=chunk,
-        n_action_steps=draw(st.integers(1, chunk)),
+        n_action_steps=steps,
         dim_model=heads * draw(st.integers(1, 64)),
         n_heads=heads,
         dim_feedforward=draw(pos),
@@ -109,7 +112,12 @@ def act_configs(draw: st.DrawFn) -> ACTConfig:
         n_vae_encoder_layers=draw(st.integers(1, 8)),
         kl_weight=draw(finite),
         dropout=draw(unit),
-        backbone_channels=draw(st.lists(pos, min_size=1, max_size=4)),
+        vision_backbone=backbone,
+        pretrained_backbone_weights=draw(st.none() | st.sampled_from(BACKBONE_WEIGHTS[backbone])),
+        pre_norm=draw(st.booleans()),
+        feedforward_activation=draw(st.sampled_from(["relu", "gelu", "glu"])),
+        temporal_ensemble_coeff=draw(st.none() | finite) if steps == 1 else None,
+        optimizer_lr=draw(finite),
     )
 
 

@@ -163,7 +163,7 @@ def test_unknown_policy_type_suggests_the_closest() -> None:
          "add --dry_run=true or drop --world_size"),
         (["--optimizer.weight_decay=-0.1"], "--optimizer.weight_decay: must be >= 0, got -0.1"),
         (["--optimizer.eps=0"], "--optimizer.eps: must be > 0, got 0.0"),
-        (["--version=4"], "--version: train_config schema version 4 is not supported (expected 3)"),
+        (["--version=5"], "--version: train_config schema version 5 is not supported (expected 4)"),
     ],
 )
 def test_scalar_rules(argv: list[str], expected: str) -> None:
@@ -178,7 +178,10 @@ def test_scalar_rules(argv: list[str], expected: str) -> None:
         (["--policy.dim_model=130"], "--policy.dim_model: must be divisible by --policy.n_heads (4), got 130"),
         (["--policy.chunk_size=0", "--policy.n_action_steps=0"], "--policy.chunk_size: must be >= 1, got 0"),
         (["--policy.dropout=1.0"], "--policy.dropout: must be in [0, 1), got 1.0"),
-        (["--policy.backbone_channels=[]"], "--policy.backbone_channels: expected a non-empty list of positive ints, got []"),
+        (["--policy.vision_backbone=resnet81"], "--policy.vision_backbone: expected one of resnet18, resnet34, resnet50, got 'resnet81' (did you mean 'resnet18' or 'resnet50' or 'resnet34'?)"),
+        (["--policy.type=act", "--policy.vision_backbone=resnet34"], "--policy.pretrained_backbone_weights: resnet34 takes ResNet34_Weights.IMAGENET1K_V1 (or null: from scratch), got 'ResNet18_Weights.IMAGENET1K_V1'"),
+        (["--policy.temporal_ensemble_coeff=0.01"], "--policy.temporal_ensemble_coeff: needs --policy.n_action_steps=1 (a chunk every step), got 10"),
+        (["--policy.n_obs_steps=2"], "--policy.n_obs_steps: ACT takes one observation step (1), got 2"),
         (["--policy.n_heads=0"], "--policy.n_heads: must be >= 1, got 0"),
         (["--policy.type=mlp", "--policy.hidden_dim=0"], "--policy.hidden_dim: must be >= 1, got 0"),
         (["--policy.type=mlp", "--policy.n_layers=0"], "--policy.n_layers: must be >= 1, got 0"),

@@ -106,7 +106,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, demo_dataset):
     assert "batch_size 16 x dp_world_size 4 x grad_accum 1 = effective batch 64" in text
     assert "FSDP2 dp_replicate=1 dp_shard=4 world=4" in text
     assert "parameters (" in text and "trainable)" in text
-    assert "encoder.0  ACTEncoderLayer" in text and "decoder.0  ACTDecoderLayer" in text
+    assert "model.encoder.layers.0  ACTEncoderLayer" in text and "model.decoder.layers.0  ACTDecoderLayer" in text
     assert "per-rank memory estimate" in text
     assert not out.exists()
 
@@ -186,3 +186,13 @@ def test_bf16_on_a_gpu_without_it_names_the_flag() -> None:
     assert precision_problem("bf16", torch.device("cuda", 0), bf16_supported=True) == ""
     assert precision_problem("bf16", torch.device("cpu"), bf16_supported=False) == ""  # CPU autocast runs bf16
     assert precision_problem("fp16", torch.device("cuda", 0), bf16_supported=False) == ""
+
+
+def test_without_policy_flags_the_plan_names_the_demo_preset(demo_dataset):
+    proc = run_cli(["lr_engine.cli", "train", "--dry_run=true", f"--dataset.root={demo_dataset}"])
+    assert proc.returncode == 0, proc.stderr
+    assert ("policy: act, demo preset (chunk_size=10, n_action_steps=10, dim_model=128, n_heads=4, dim_feedforward=512, "
+            "n_encoder_layers=2, n_vae_encoder_layers=2, backbone from scratch); --policy.type=act alone gives LeRobot's defaults") in proc.stdout
+    lerobot = run_cli(["lr_engine.cli", "train", "--dry_run=true", f"--dataset.root={demo_dataset}", "--policy.type=act"])
+    assert lerobot.returncode == 0, lerobot.stderr
+    assert "demo preset" not in lerobot.stdout and "policy act: " in lerobot.stdout

@@ -34,6 +34,7 @@ from lr_config import (
     load_training_step,
     parse_train_config,
     policy_types,
+    demo_preset_note,
     resolve_topology,
     resume_problems,
     split_flags,
@@ -79,14 +80,19 @@ class FormField:
     (the repo ids of the datasets on this machine)."""
 
 
+DEMO_PRESET_CHOICE = ("act (demo preset)", "")
+"""No --policy.type: the demo preset of ACT, as `lr-engine train` without policy flags."""
+
+
 def _policy_choices() -> tuple[tuple[str, str], ...]:
-    """The built-in policy types, then the installed plugins' (`lr.policies`). A broken plugin
-    leaves the built-ins: the form's plan shows its error, as `lr-engine train` would."""
+    """The demo preset, the built-in policy types (`act` is LeRobot's defaults), then the
+    installed plugins' (`lr.policies`). A broken plugin leaves the built-ins: the form's plan
+    shows its error, as `lr-engine train` would."""
     try:
         names = list(policy_types())
     except ConfigError:
         names = list(POLICY_TYPES)
-    return tuple((name, name) for name in names)
+    return (DEMO_PRESET_CHOICE, *((name, name) for name in names))
 
 
 _LAUNCHERS = (("torchrun", "torchrun"), ("accelerate launch", "accelerate"), ("Slurm script", "slurm"))
@@ -171,16 +177,18 @@ class LaunchPlan:
         )
 
     def policy_line(self) -> str:
-        """The chosen policy's main settings (its own first `MAIN_POLICY_FLAGS` scalar fields, as
+        """The chosen policy's main settings (its config class's `main_flags`, else its own first `MAIN_POLICY_FLAGS` scalar fields, as
         the flags set them), for any policy type: built-in or an installed plugin's."""
         if self.cfg is None:
             return ""
         policy = self.cfg.policy
         base = {f.name for f in dataclasses.fields(PolicyConfigBase)}
         own = [f.name for f in dataclasses.fields(policy) if f.name not in base and isinstance(getattr(policy, f.name), (bool, int, float, str))]
-        shown = " ".join(f"{name}={_text(getattr(policy, name))}" for name in own[:MAIN_POLICY_FLAGS])
-        more = len(own) - MAIN_POLICY_FLAGS
-        return f"policy {policy.type_name}: {shown}" + (f" (+{more} in --help)" if more > 0 else "")
+        main = [name for name in getattr(type(policy), "main_flags", ()) if name in own] or own[:MAIN_POLICY_FLAGS]
+        shown = " ".join(f"{name}={_text(getattr(policy, name))}" for name in main)
+        more = len(own) - len(main)
+        name = f"{policy.type_name} (demo preset)" if demo_preset_note(policy) is not None else policy.type_name
+        return f"policy {name}: {shown}" + (f" (+{more} in --help)" if more > 0 else "")
 
     def dry_run_flags(self) -> list[str] | None:
         """`--dry_run=true --world_size=N <flags>` for `lr-engine train`, or None while invalid."""
@@ -210,7 +218,10 @@ def _flat(data: dict[str, object], prefix: str = "") -> dict[str, object]:
 def _setting_values(cfg: TrainConfig) -> dict[str, str]:
     """The values of the fields that set a train flag, from `cfg`."""
     flat = _flat(to_dict(cfg))
-    return {f.key: _text(flat.get(f.flag)) for f in FIELDS if f.flag}
+    values = {f.key: _text(flat.get(f.flag)) for f in FIELDS if f.flag}
+    if cfg.config_path is None and values["policy_type"] == "act" and "--policy.type=act" not in config_to_flags(cfg):
+        values["policy_type"] = DEMO_PRESET_CHOICE[1]  # the command starts from the demo preset
+    return values
 
 
 def values_from_config(cfg: TrainConfig, spec: LaunchSpec | None = None, mode: str | None = None) -> dict[str, str]:

@@ -22,6 +22,10 @@ from ._configs import (
     TRAIN_CONFIG_VERSION,
     TRANSFORM_TYPES,
     ACTConfig,
+    BACKBONE_WEIGHTS,
+    DEMO_PRESET_FIELDS,
+    demo_act,
+    demo_preset_note,
     AcceleratorConfig,
     ContextParallelConfig,
     DatasetConfig,
@@ -88,7 +92,7 @@ from ._files import (
 )
 from ._flags import all_flag_paths, format_help, parse_train_config, split_flags
 from ._plugins import ENTRY_POINT_GROUP, plugin_policy_class_path
-from ._policy_file import POLICY_CONFIG_VERSION, load_policy_config, policy_config_dict
+from ._policy_file import POLICY_CONFIG_VERSION, load_policy_config, policy_config_dict, save_policy_config
 from ._launch import LaunchSpec, build_launch, build_slurm_script, config_to_flags, format_command
 from ._resume import build_resume_launch, resume_config, resume_config_path, resume_is_sample_exact, resume_problems
 from ._serde import from_dict, load_json, make_converter, policy_types, read_json_object, save_json, to_dict
@@ -133,6 +137,10 @@ __all__ = [
     "TRAINING_STEP_VERSION",
     "METRICS_VERSION",
     "ACTConfig",
+    "BACKBONE_WEIGHTS",
+    "DEMO_PRESET_FIELDS",
+    "demo_act",
+    "demo_preset_note",
     "AcceleratorConfig",
     "Checksums",
     "CheckpointError",
@@ -188,6 +196,7 @@ __all__ = [
     "make_converter",
     "parse_train_config",
     "policy_config_dict",
+    "save_policy_config",
     "parse_metrics_line",
     "read_metrics",
     "refused_accelerate_vars",

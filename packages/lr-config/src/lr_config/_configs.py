@@ -25,6 +25,10 @@ __all__ = [
     "FEATURE_TYPES",
     "TRAIN_CONFIG_VERSION",
     "ACTConfig",
+    "BACKBONE_WEIGHTS",
+    "DEMO_PRESET_FIELDS",
+    "demo_act",
+    "demo_preset_note",
     "AcceleratorConfig",
     "ContextParallelConfig",
     "DDPConfig",
@@ -53,9 +57,10 @@ __all__ = [
     "doc",
 ]
 
-TRAIN_CONFIG_VERSION = 3
+TRAIN_CONFIG_VERSION = 4
 """train_config.json's version: 2 added `scheduler.decay_steps` and the dataset's `revision`, `video_backend`,
-`tolerance_s` and `image_transforms`; 3 added `eval_freq`, `eval` and `env` (older files are upgraded on load)."""
+`tolerance_s` and `image_transforms`; 3 added `eval_freq`, `eval` and `env`; 4 made `act` LeRobot's ACT and added
+`policy.pretrained_revision` (older files are upgraded on load; an older ACT is refused by name)."""
 DEMO_REPO_ID = "lr/demo_reach2d"
 CHECKPOINT_FORMATS = ("safetensors", "dcp", "safetensors_dcp")
 
@@ -156,7 +161,8 @@ class PolicyConfigBase:
     type_name: ClassVar[str] = ""
 
     device: str | None = doc(None, "cuda, mps, xpu or cpu; the best available when unset.")
-    path: Path | None = doc(None, "Folder of a saved policy (config.json + model.safetensors) to fine-tune.")
+    path: Path | None = doc(None, "A saved policy to fine-tune (config.json + model.safetensors, lr's or LeRobot's): a folder or a Hub repo id.")
+    pretrained_revision: str | None = doc(None, "Branch, tag or commit of a Hub --policy.path; main when unset.")
     repo_id: str | None = doc(None, "Hub repo id (user/name): the trained model is published there at the end (see push_to_hub).")
     push_to_hub: bool = doc(True, "Publish the trained model to --policy.repo_id at the end of training, as LeRobot does; false to keep it local. Without a repo id nothing is pushed.")
     private: bool = doc(False, "Publish to a private repo: a new repo is created private; an existing public one is refused (visibility is never changed).")
@@ -168,25 +174,84 @@ class PolicyConfigBase:
     )
 
 
+BACKBONE_WEIGHTS: dict[str, tuple[str, ...]] = {
+    "resnet18": ("ResNet18_Weights.IMAGENET1K_V1",),
+    "resnet34": ("ResNet34_Weights.IMAGENET1K_V1",),
+    "resnet50": ("ResNet50_Weights.IMAGENET1K_V1", "ResNet50_Weights.IMAGENET1K_V2"),
+}
+"""The ACT image backbones lr builds (torchvision's ResNet layout) and the torchvision weights each can start from."""
+
+
+def _lerobot_act_norm() -> dict[str, NormMode]:
+    """LeRobot's ACT: environment states are not normalized (no ENV entry: identity)."""
+    return {"VISUAL": "mean_std", "STATE": "mean_std", "ACTION": "mean_std"}
+
+
 @dataclass
 class ACTConfig(PolicyConfigBase):
-    """Action Chunking with Transformers (Zhao et al., 2023)."""
+    """LeRobot's ACT (Action Chunking with Transformers, Zhao et al., 2023): the same fields,
+    defaults, parameter names and files as LeRobot 0.6.1's `act` (docs/lerobot-compat.md)."""
 
     type_name: ClassVar[str] = "act"
+    main_flags: ClassVar[tuple[str, ...]] = ("chunk_size", "n_action_steps", "dim_model", "vision_backbone")
+    """The settings lr-tui's Launch form shows for it."""
 
-    chunk_size: int = doc(10, "Number of future actions predicted per step.")
-    n_action_steps: int = doc(10, "Actions executed from each predicted chunk (<= chunk_size).")
-    dim_model: int = doc(128, "Transformer width.")
-    n_heads: int = doc(4, "Attention heads.")
-    dim_feedforward: int = doc(512, "Feed-forward width.")
-    n_encoder_layers: int = doc(2, "Transformer encoder layers.")
+    normalization_mapping: dict[str, NormMode] = sub(
+        _lerobot_act_norm, "Normalization per feature type (STATE, ENV, VISUAL, ACTION): mean_std, min_max or identity; "
+        "a type left out is identity (LeRobot's ACT leaves ENV out).", keys=FEATURE_TYPES
+    )
+    n_obs_steps: int = doc(1, "Observation steps given to the policy (ACT takes 1).")
+    chunk_size: int = doc(100, "Number of future actions predicted per step.")
+    n_action_steps: int = doc(100, "Actions executed from each predicted chunk (<= chunk_size).")
+    vision_backbone: str = doc("resnet18", "Image backbone: resnet18, resnet34 or resnet50 (torchvision's layout).")
+    pretrained_backbone_weights: str | None = doc(
+        "ResNet18_Weights.IMAGENET1K_V1",
+        "torchvision weights the backbone starts from (read from torch's hub cache, downloaded once when missing); "
+        "null: from scratch.",
+    )
+    replace_final_stride_with_dilation: bool = doc(False, "Replace the backbone's last stride with a dilation.")
+    pre_norm: bool = doc(False, "Pre-norm transformer blocks (post-norm when false).")
+    dim_model: int = doc(512, "Transformer width.")
+    n_heads: int = doc(8, "Attention heads.")
+    dim_feedforward: int = doc(3200, "Feed-forward width.")
+    feedforward_activation: Literal["relu", "gelu", "glu"] = doc("relu", "Feed-forward activation.")
+    n_encoder_layers: int = doc(4, "Transformer encoder layers.")
     n_decoder_layers: int = doc(1, "Transformer decoder layers.")
     use_vae: bool = doc(True, "Train with the CVAE latent and KL loss.")
     latent_dim: int = doc(32, "CVAE latent size.")
-    n_vae_encoder_layers: int = doc(2, "CVAE encoder layers.")
-    kl_weight: float = doc(10.0, "Weight of the KL term.")
+    n_vae_encoder_layers: int = doc(4, "CVAE encoder layers.")
+    temporal_ensemble_coeff: float | None = doc(None, "Temporal ensembling of overlapping chunks (needs n_action_steps=1); null: off.")
     dropout: float = doc(0.1, "Dropout in the transformer.")
-    backbone_channels: list[int] = doc([16, 32, 64], "Channels of the conv backbone stages for image inputs.")
+    kl_weight: float = doc(10.0, "Weight of the KL term.")
+    optimizer_lr: float = doc(1e-5, "LeRobot's training preset lr (kept in the files; lr trains with --optimizer.lr).")
+    optimizer_weight_decay: float = doc(1e-4, "LeRobot's training preset weight decay (kept in the files; lr uses --optimizer.weight_decay).")
+    optimizer_lr_backbone: float = doc(1e-5, "LeRobot's training preset backbone lr (kept in the files).")
+
+
+def demo_act() -> ACTConfig:
+    """The `demo` preset: LeRobot's ACT sized for the embedded demo on two CPU cores (what
+    `lr-engine train` runs when neither --policy.type nor --policy.path is given; the banner
+    names it). `--policy.type=act` alone is LeRobot's defaults."""
+    return ACTConfig(
+        chunk_size=10, n_action_steps=10, dim_model=128, n_heads=4, dim_feedforward=512, n_encoder_layers=2,
+        n_vae_encoder_layers=2, pretrained_backbone_weights=None,
+    )
+
+
+DEMO_PRESET_FIELDS = ("chunk_size", "n_action_steps", "dim_model", "n_heads", "dim_feedforward", "n_encoder_layers",
+                      "n_vae_encoder_layers", "pretrained_backbone_weights")
+"""The ACT fields the demo preset sets (the banner lists them)."""
+
+
+def demo_preset_note(policy: PolicyConfigBase) -> str | None:
+    """`act, demo preset (...)` when `policy` is ACT at the demo preset's sizes, else None."""
+    if not isinstance(policy, ACTConfig):
+        return None
+    preset = demo_act()
+    if any(getattr(policy, name) != getattr(preset, name) for name in DEMO_PRESET_FIELDS):
+        return None
+    shown = ", ".join(f"{name}={getattr(preset, name)}" for name in DEMO_PRESET_FIELDS if name != "pretrained_backbone_weights")
+    return f"act, demo preset ({shown}, backbone from scratch); --policy.type=act alone gives LeRobot's defaults"
 
 
 @dataclass
@@ -354,7 +419,8 @@ class TrainConfig:
     eval: EvalConfig = sub(EvalConfig, "The evaluations of --eval_freq: how many episodes, how many at once.")
     env: EvalEnvConfig = sub(EvalEnvConfig, "The environment of --eval_freq.")
     dataset: DatasetConfig = sub(DatasetConfig, "Dataset.")
-    policy: PolicyConfig = sub(ACTConfig, "Policy, tagged by --policy.type (act, mlp, or an installed plugin's).")
+    policy: PolicyConfig = sub(demo_act, "Policy, tagged by --policy.type (act, mlp, or an installed plugin's); with neither --policy.type "
+                               "nor --policy.path: the demo preset of act.")
     optimizer: OptimizerConfig = sub(OptimizerConfig, "Optimizer.")
     scheduler: SchedulerConfig = sub(SchedulerConfig, "LR scheduler; steps once per loop step.")
     parallelism: ParallelismConfig = sub(ParallelismConfig, "Data-parallel degrees.")

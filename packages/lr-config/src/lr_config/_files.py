@@ -7,7 +7,7 @@
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
 | `adapter_base.json`   | `AdapterBase`  | engine (main rank), in a LoRA run's checkpoints and final model: the base its adapters belong to |
-| `train_config.json`   | `TrainConfig`  | engine, in each run and checkpoint; version 3 (`TRAIN_CONFIG_VERSION`), versions 1 and 2 upgraded on load (`load_train_config`) |
+| `train_config.json`   | `TrainConfig`  | engine, in each run and checkpoint; version 4 (`TRAIN_CONFIG_VERSION`), versions 1 to 3 upgraded on load (`load_train_config`; an earlier `act` is refused) |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics` (`parse_metrics_line`
 for one line), which refuse unknown keys and versions, and missing fields (lr writes every
@@ -295,6 +295,26 @@ def _train_config_from_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {"eval_freq": 0, "eval": to_dict(EvalConfig()), "env": to_dict(EvalEnvConfig()), **data, "version": 3}
 
 
+def _train_config_from_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 3's `act` was lr's own ACT (its layers and weights are not LeRobot's; its block has
+    `backbone_channels`): refused by name. Policies gain `pretrained_revision` (unset: what they read)."""
+    policy = data.get("policy")
+    if isinstance(policy, dict):
+        if policy.get("type") == "act" and "backbone_channels" in policy:
+            raise ConfigError(
+                "holds lr's earlier ACT (train_config version 3 or older), whose layers and weights are not LeRobot's ACT "
+                "that `act` is now: it cannot be resumed or fine-tuned; start a new run with --policy.type=act"
+            )
+        data = {**data, "policy": {"pretrained_revision": None, **policy}}
+    return {**data, "version": 4}
+
+
 def load_train_config(path: Path) -> TrainConfig:
-    """Read a train_config.json (every field, unknown keys refused); versions 1 and 2 are upgraded."""
-    return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION, upgrades={1: _train_config_from_v1, 2: _train_config_from_v2})
+    """Read a train_config.json (every field, unknown keys refused); versions 1 to 3 are upgraded."""
+    try:
+        return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION,
+                         upgrades={1: _train_config_from_v1, 2: _train_config_from_v2, 3: _train_config_from_v3})
+    except ConfigError as exc:
+        if str(exc).startswith("holds lr's earlier ACT"):
+            raise ConfigError(f"{path} {exc}") from None
+        raise

@@ -227,24 +227,26 @@ def _base_dict(config_path: str | None, *, resume: bool = False) -> dict[str, An
     return data
 
 
-_WHERE_THE_POLICY_GOES = ("device", "path", "repo_id", "push_to_hub", "private", "license")
+_WHERE_THE_POLICY_GOES = ("device", "path", "pretrained_revision", "repo_id", "push_to_hub", "private", "license")
 """Where this run puts and publishes the policy: kept when the policy block is swapped (a new
 --policy.type, or --policy.path's config.json)."""
 
 
-def _switch_policy_type(base: dict[str, Any], new_type: str) -> None:
+def _switch_policy_type(base: dict[str, Any], new_type: str, *, fresh: bool) -> None:
+    """`fresh`: the type's own defaults even when the base already has this type (without a
+    --config_path the base is the demo preset, and --policy.type=act means LeRobot's defaults)."""
     types_ = policy_types()
     if new_type not in types_:
         raise ConfigError(
             f"--policy.type: unknown policy type {new_type!r}{did_you_mean(new_type, types_)}; "
             f"known types: {', '.join(types_)}"
         )
-    if base["policy"].get("type") != new_type:
+    if fresh or base["policy"].get("type") != new_type:
         keep = {k: base["policy"][k] for k in _WHERE_THE_POLICY_GOES if k in base["policy"]}
-        fresh = to_dict(types_[new_type]())
-        fresh["type"] = new_type
-        fresh.update(keep)
-        base["policy"] = fresh
+        block = to_dict(types_[new_type]())
+        block["type"] = new_type
+        block.update(keep)
+        base["policy"] = block
 
 
 def _start_from_policy_path(base: dict[str, Any], flags: dict[str, str]) -> None:
@@ -272,7 +274,7 @@ def parse_train_config(argv: list[str]) -> TrainConfig:
     base = _base_dict(flags.get("config_path"), resume=resuming)
     dataset_before = (base["dataset"]["repo_id"], base["dataset"]["root"])
     if "policy.type" in flags:
-        _switch_policy_type(base, flags["policy.type"])
+        _switch_policy_type(base, flags["policy.type"], fresh="config_path" not in flags)
     if "policy.path" in flags and not resuming:  # a resume keeps its checkpoint's policy settings
         _start_from_policy_path(base, flags)
     for name, raw in flags.items():

@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._configs import TrainConfig
+from ._configs import TrainConfig, demo_act
 from ._errors import ConfigError
 from ._flags import _base_dict, _start_from_policy_path, _switch_policy_type, all_flag_paths
 from ._serde import to_dict
@@ -99,16 +99,28 @@ def config_to_flags(cfg: TrainConfig) -> list[str]:
 
     The base is the one the parser starts from: the defaults, or `cfg.config_path`'s file
     (read here), with the policy block swapped when `--policy.type` changes it, or taken
-    from `--policy.path`'s config.json (read here) when that flag will be given.
+    from `--policy.path`'s config.json (read here) when that flag will be given. Without a
+    file, the parser starts from the demo preset, or from a type's own defaults when
+    `--policy.type` is given: of the two, the shorter list of flags is returned.
     """
+    if cfg.config_path is None and cfg.policy.type_name == demo_act().type_name:
+        from_preset = _flags_over(cfg, switch_type=False)
+        typed = _flags_over(cfg, switch_type=True)
+        return typed if len(typed) < len(from_preset) else from_preset
+    return _flags_over(cfg, switch_type=None)
+
+
+def _flags_over(cfg: TrainConfig, *, switch_type: bool | None) -> list[str]:
+    """`switch_type`: give --policy.type (True), do not (False), or when the type differs from the base's (None)."""
     leaves = set(all_flag_paths(TrainConfig))
     config_path = None if cfg.config_path is None else str(cfg.config_path)
     base = _base_dict(config_path)
     flags = [] if config_path is None else [f"--config_path={config_path}"]
     policy_type = cfg.policy.type_name
-    if base["policy"].get("type") != policy_type:
+    differs = base["policy"].get("type") != policy_type if switch_type is None else switch_type
+    if differs:
         flags.append(f"--policy.type={policy_type}")
-        _switch_policy_type(base, policy_type)
+        _switch_policy_type(base, policy_type, fresh=config_path is None)
     policy_path = None if cfg.policy.path is None else str(cfg.policy.path)
     resuming = cfg.resume and config_path is not None  # the parser keeps the checkpoint's policy settings then
     if policy_path is not None and base["policy"].get("path") != policy_path and not resuming:  # it starts from its config.json

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ._configs import TRAIN_CONFIG_VERSION, TRANSFORM_TYPES, ACTConfig, DatasetConfig, MLPConfig, FSDPConfig, ImageTransformConfig, TrainConfig
+from ._configs import BACKBONE_WEIGHTS, TRAIN_CONFIG_VERSION, TRANSFORM_TYPES, ACTConfig, DatasetConfig, MLPConfig, FSDPConfig, ImageTransformConfig, TrainConfig
 from ._errors import ConfigError, did_you_mean
 from ._files import load_train_config
 from ._topology import Topology, _check_degrees, resolve_topology
@@ -176,8 +176,7 @@ def _policy_rules(cfg: TrainConfig) -> list[str]:
             _positive(p, f"policy.{name}", getattr(pol, name))
         if pol.n_heads >= 1 and pol.dim_model % pol.n_heads:
             p.append(f"--policy.dim_model: must be divisible by --policy.n_heads ({pol.n_heads}), got {pol.dim_model}")
-        if not pol.backbone_channels or any(c < 1 for c in pol.backbone_channels):
-            p.append(f"--policy.backbone_channels: expected a non-empty list of positive ints, got {pol.backbone_channels}")
+        p += _act_rules(pol)
     elif isinstance(pol, MLPConfig):
         _positive(p, "policy.hidden_dim", pol.hidden_dim)
         _positive(p, "policy.n_layers", pol.n_layers)
@@ -188,6 +187,22 @@ def _policy_rules(cfg: TrainConfig) -> list[str]:
             check_repo_id(pol.repo_id)
         except ConfigError as exc:
             p.append(str(exc))
+    return p
+
+
+def _act_rules(pol: ACTConfig) -> list[str]:
+    p: list[str] = []
+    if pol.n_obs_steps != 1:
+        p.append(f"--policy.n_obs_steps: ACT takes one observation step (1), got {pol.n_obs_steps}")
+    if pol.vision_backbone not in BACKBONE_WEIGHTS:
+        p.append(f"--policy.vision_backbone: expected one of {', '.join(BACKBONE_WEIGHTS)}, got {pol.vision_backbone!r}"
+                 f"{did_you_mean(pol.vision_backbone, BACKBONE_WEIGHTS)}")
+    elif pol.pretrained_backbone_weights is not None and pol.pretrained_backbone_weights not in BACKBONE_WEIGHTS[pol.vision_backbone]:
+        known = BACKBONE_WEIGHTS[pol.vision_backbone]
+        p.append(f"--policy.pretrained_backbone_weights: {pol.vision_backbone} takes {' or '.join(known)} (or null: from scratch), "
+                 f"got {pol.pretrained_backbone_weights!r}")
+    if pol.temporal_ensemble_coeff is not None and pol.n_action_steps != 1:
+        p.append(f"--policy.temporal_ensemble_coeff: needs --policy.n_action_steps=1 (a chunk every step), got {pol.n_action_steps}")
     return p
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "MODEL_WEIGHTS",
     "OPTIMIZER_DCP",
     "POLICY_CONFIG",
+    "LR_POLICY",
     "PRETRAINED",
     "RUN_STATUS",
     "TEMP_PREFIX",
@@ -66,6 +67,8 @@ MODEL_DCP = "pytorch_model_fsdp_0"
 OPTIMIZER_DCP = "optimizer_0"
 TRAIN_CONFIG = "train_config.json"
 POLICY_CONFIG = "config.json"
+LR_POLICY = "lr_policy.json"
+"""Beside config.json (LeRobot's layout): lr's version of the pair (lr_config.save_policy_config)."""
 MODEL_WEIGHTS = "model.safetensors"
 TRAINING_STEP = "training_step.json"
 ADAPTER_CONFIG = "adapter_config.json"

@@ -28,7 +28,7 @@ from lr_checkpoint import (
     wait_for_staging,
     write_tensor_dict,
 )
-from lr_config import ConfigError, TrainConfig, TrainingStep, load_train_config, policy_config_dict, resume_problems, save_json, to_dict
+from lr_config import ConfigError, TrainConfig, TrainingStep, load_train_config, save_policy_config, policy_config_dict, resume_problems, save_json, to_dict
 from lr_config.layout import ADAPTER_WEIGHTS, CHECKPOINTS, LAST, MODEL_WEIGHTS, POLICY_CONFIG, PRETRAINED, TRAIN_CONFIG, StepFiles
 
 from ._optim import apply_hyperparameters, decay_end, lr_at
@@ -239,7 +239,7 @@ def _write_pretrained_extras(run: Run, base_record: bool = True) -> Any:
     the adapter config and, unless `base_record=False` (a publish folder: the record is for
     resuming here), adapter_base.json."""
     def write(directory: Path) -> None:
-        save_json(directory / POLICY_CONFIG, policy_config_dict(run.cfg.policy))
+        save_policy_config(directory, run.cfg.policy)
         save_processors(directory, run.data.pre, run.data.post)
         if run.cfg.peft.method_type is not None:
             from ._adapters import write_adapter_config, write_base_record

@@ -35,14 +35,14 @@ from lr_config import (
     EvalInfo,
     EvalRunConfig,
     FeatureSpec,
-    check_repo_id,
     load_run_status,
     load_training_step,
     save_eval_info,
     wilson_interval,
 )
-from lr_config.layout import EVAL_INFO, EVAL_OUTPUTS, POLICY_CONFIG, PRETRAINED, RUN_STATUS, StepFiles
+from lr_config.layout import EVAL_INFO, EVAL_OUTPUTS, PRETRAINED, RUN_STATUS, StepFiles
 
+from ._hub_models import model_folder
 from ._data.demo import FPS, MAX_SPEED, Cameras, expert_action, move, render, start_positions
 
 __all__ = ["EvalResult", "Reach2D", "aggregate", "evaluate", "policy_actor", "policy_cameras", "run_eval"]
@@ -117,37 +117,6 @@ class LoadedPolicy:
     reset: Callable[[], None]
 
 
-def _download(repo_id: str, revision: str | None) -> Path:
-    """The model files of a Hub repo, from the cache or downloaded once (huggingface_hub)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
-    try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=["*.json", "*.safetensors"]))
-    except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
-        raise ConfigError(f"--policy.path={repo_id}: {type(exc).__name__} on the Hub ({str(exc).splitlines()[0]})") from None
-    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
-        raise ConfigError(f"--policy.path={repo_id}: the Hub could not be reached and the model is not cached "
-                          f"({str(exc).splitlines()[0]}); check HF_ENDPOINT / the network, or pass a local folder") from None
-
-
-def model_folder(path: str, revision: str | None) -> tuple[Path, str]:
-    """(the folder holding config.json and the weights, how to name it) for `--policy.path`."""
-    local = Path(path).expanduser()
-    for folder in (local, local / PRETRAINED):
-        if (folder / POLICY_CONFIG).is_file():
-            return folder.resolve(), str(local)
-    if local.exists():
-        raise ConfigError(f"--policy.path={path}: no {POLICY_CONFIG} in it nor in its {PRETRAINED}/; pass a checkpoint "
-                          f"step folder, its {PRETRAINED}/, a run folder, or a Hub repo id")
-    try:
-        check_repo_id(path, "--policy.path")  # lr-config's rule for a Hub id, as --policy.repo_id uses it
-    except ConfigError:
-        raise ConfigError(f"--policy.path={path}: no such folder (nor a Hub repo id of the form user/name)") from None
-    folder = _download(path, revision)
-    if not (folder / POLICY_CONFIG).is_file():
-        raise ConfigError(f"--policy.path={path}: the Hub repo has no {POLICY_CONFIG}; is it an lr or LeRobot policy?")
-    return folder, path
 
 
 def policy_cameras(features: dict[str, FeatureSpec], flag: str = "--policy.path") -> dict[str, tuple[int, int]]:

@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 
 import torch
-from lr_config import ConfigError, DEMO_REPO_ID, TrainConfig, banner_line, validate
+from lr_config import ConfigError, DEMO_REPO_ID, TrainConfig, banner_line, demo_preset_note, validate
 from torch import nn
 
 from ._data.dataset import demo_meta_without_files, load_meta
@@ -104,6 +104,8 @@ def plan_lines(cfg: TrainConfig, world_size: int) -> list[str]:
         f"per-rank memory estimate (fp32 master weights, {cfg.optimizer.type}): parameters {_mb(params)}, "
         f"gradients {_mb(grads)}, optimizer {_mb(optim)}, total {_mb(params + grads + optim)}"
     )
+    if (note := demo_preset_note(cfg.policy)) is not None:
+        lines.append(f"policy: {note}")
     return lines
 
 

@@ -3,27 +3,35 @@
 Statistics come from the dataset's `meta/stats.json`; the mode per feature type (mean_std,
 min_max, identity) comes from the policy config's `normalization_mapping`.
 
-Saved beside the model as `policy_preprocessor.json` / `policy_postprocessor.json` (a
-versioned description) with their tensors in `policy_preprocessor_step_0_normalizer.safetensors`
-/ `policy_postprocessor_step_0_unnormalizer.safetensors`. `load_processors(dir)` rebuilds
-them identically. Processors hold no trainable state and run on whatever device the
-batch is on.
+Saved beside the model in LeRobot's processor layout, which LeRobot 0.6.1's
+`make_pre_post_processors` reads as it is:
+- `policy_preprocessor.json`: steps `rename_observations_processor` (empty map),
+  `to_batch_processor`, `device_processor`, `normalizer_processor`, its statistics in
+  `policy_preprocessor_step_3_normalizer_processor.safetensors`;
+- `policy_postprocessor.json`: `unnormalizer_processor` (statistics in
+  `policy_postprocessor_step_0_unnormalizer_processor.safetensors`), `device_processor`.
+lr's contract version is the top-level `version` key (2), which LeRobot's reader ignores.
+`load_processors(dir)` reads that, LeRobot's own files (no `version`) and lr's version 1
+(one normalizer step of lr's own). Processors hold no trainable state and run on whatever
+device the batch is on.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from lr_config import ConfigError, FeatureSpec, read_json_object
+from lr_config import ConfigError, FeatureSpec, read_json_object, save_json
 from lr_checkpoint import write_tensor_dict
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-PROCESSOR_VERSION = 1
+PROCESSOR_VERSION = 2
 _EPS = 1e-8
+_STAT_NAMES = ("mean", "std", "min", "max")
+_MODES = {"mean_std": "MEAN_STD", "min_max": "MIN_MAX", "identity": "IDENTITY"}
 PRE_NAME = "policy_preprocessor"
 POST_NAME = "policy_postprocessor"
 
@@ -51,8 +59,12 @@ class Normalizer:
             if key not in raw:
                 raise ConfigError(f"meta/stats.json has no statistics for {key!r}, needed for {mode} normalization "
                                   f"(set --policy.normalization_mapping to identity for {feat.type})")
-            names = ("mean", "std") if mode == "mean_std" else ("min", "max")
-            stats[key] = {n: torch.as_tensor(raw[key][n], dtype=torch.float32) for n in names}
+            needed = ("mean", "std") if mode == "mean_std" else ("min", "max")
+            missing = [n for n in needed if n not in raw[key]]
+            if missing:
+                raise ConfigError(f"meta/stats.json has no {'/'.join(missing)} for {key!r}, needed for {mode} normalization")
+            # every statistic the file has for it, so the saved processors are as complete as LeRobot's
+            stats[key] = {n: torch.as_tensor(raw[key][n], dtype=torch.float32) for n in _STAT_NAMES if n in raw[key]}
         return cls(features=features, norm_map=norm_map, stats=stats, inverse=inverse)
 
     def mode(self, key: str) -> str:
@@ -60,12 +72,12 @@ class Normalizer:
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = dict(batch)
-        for key, st in self.stats.items():
+        for key in self.stats:
             if key not in out:
                 continue
             x = out[key]
             a, b = self._stats_for(key, x)
-            if "mean" in st:
+            if self.mode(key) == "mean_std":
                 out[key] = x * (b + _EPS) + a if self.inverse else (x - a) / (b + _EPS)
             else:
                 scale = (b - a).clamp_min(_EPS)
@@ -77,45 +89,65 @@ class Normalizer:
         where = (key, x.device, x.dtype)
         if where not in self._placed:
             st = self.stats[key]
-            a, b = (st["mean"], st["std"]) if "mean" in st else (st["min"], st["max"])
+            a, b = (st["mean"], st["std"]) if self.mode(key) == "mean_std" else (st["min"], st["max"])
             self._placed[where] = (a.to(x.device, x.dtype), b.to(x.device, x.dtype))
         return self._placed[where]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {f"{key}.{name}": t.contiguous() for key, st in self.stats.items() for name, t in st.items()}
 
-    def save(self, directory: Path, name: str) -> None:
-        kind = "unnormalizer" if self.inverse else "normalizer"
-        state_file = f"{name}_step_0_{kind}.safetensors"
-        write_tensor_dict(directory / state_file, self.state_dict())
-        desc = {
-            "version": PROCESSOR_VERSION,
-            "name": name,
-            "steps": [
-                {
-                    "type": kind,
-                    "features": {k: {"type": f.type, "shape": f.shape} for k, f in self.features.items()},
-                    "norm_map": self.norm_map,
-                    "state_file": state_file,
-                }
-            ],
+    def step_config(self) -> dict[str, Any]:
+        """The (un)normalizer step's `config` in LeRobot's layout."""
+        return {
+            "eps": _EPS,
+            "features": {k: {"type": f.type, "shape": list(f.shape)} for k, f in self.features.items()},
+            "norm_map": {kind: _MODES[mode] for kind, mode in self.norm_map.items()},
         }
-        (directory / f"{name}.json").write_text(json.dumps(desc, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path, name: str) -> Normalizer:
-        path = directory / f"{name}.json"
-        desc = read_json_object(path, missing=": missing processor description")
-        if desc.get("version") != PROCESSOR_VERSION or len(desc.get("steps", [])) != 1:
-            raise ConfigError(f"{path}: unsupported processor version {desc.get('version')!r}")
-        step = desc["steps"][0]
-        features = {k: FeatureSpec(type=v["type"], shape=list(v["shape"])) for k, v in step["features"].items()}
-        flat = load_file(str(directory / step["state_file"]))
+    def from_step(cls, config: dict[str, Any], flat: dict[str, torch.Tensor], *, inverse: bool, where: Path) -> Normalizer:
+        try:
+            features = {k: FeatureSpec(type=v["type"], shape=[int(n) for n in v["shape"]]) for k, v in config["features"].items()}
+            norm_map = {str(kind): str(mode).lower() for kind, mode in config["norm_map"].items()}
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"{where}: a normalizer step without readable features and norm_map ({exc})") from None
+        unknown = sorted(set(norm_map.values()) - set(_MODES))
+        if unknown:
+            raise ConfigError(f"{where}: normalization {', '.join(m.upper() for m in unknown)} is not one lr applies "
+                              "(MEAN_STD, MIN_MAX, IDENTITY)")
         stats: dict[str, dict[str, torch.Tensor]] = {}
         for full, tensor in flat.items():
             key, _, stat = full.rpartition(".")
-            stats.setdefault(key, {})[stat] = tensor
-        return cls(features=features, norm_map=dict(step["norm_map"]), stats=stats, inverse=step["type"] == "unnormalizer")
+            if key in features and stat in _STAT_NAMES and norm_map.get(features[key].type, "identity") != "identity":
+                stats.setdefault(key, {})[stat] = tensor.float()
+        for key, feat in features.items():
+            mode = norm_map.get(feat.type, "identity")
+            needed = ("mean", "std") if mode == "mean_std" else ("min", "max") if mode == "min_max" else ()
+            if any(n not in stats.get(key, {}) for n in needed):
+                raise ConfigError(f"{where}: no {'/'.join(needed)} statistics for {key!r} ({mode.upper()})")
+        return cls(features=features, norm_map=norm_map, stats=stats, inverse=inverse)
+
+
+def _pre_steps(pre: Normalizer, state_file: str) -> list[dict[str, Any]]:
+    return [
+        {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+        {"registry_name": "to_batch_processor", "config": {}},
+        {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
+        {"registry_name": "normalizer_processor", "config": pre.step_config(), "state_file": state_file},
+    ]
+
+
+def _post_steps(post: Normalizer, state_file: str) -> list[dict[str, Any]]:
+    return [
+        {"registry_name": "unnormalizer_processor", "config": post.step_config(), "state_file": state_file},
+        {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
+    ]
+
+
+PRE_STATE = f"{PRE_NAME}_step_3_normalizer_processor.safetensors"
+POST_STATE = f"{POST_NAME}_step_0_unnormalizer_processor.safetensors"
+_PASSIVE_STEPS = {"to_batch_processor", "device_processor"}
+"""LeRobot steps with nothing for lr to do: lr batches and places tensors itself."""
 
 
 def make_processors(inputs: dict[str, FeatureSpec], outputs: dict[str, FeatureSpec], norm_map: dict[str, str], stats: dict[str, Any]) -> tuple[Normalizer, Normalizer]:
@@ -126,9 +158,60 @@ def make_processors(inputs: dict[str, FeatureSpec], outputs: dict[str, FeatureSp
 
 
 def save_processors(directory: Path, pre: Normalizer, post: Normalizer) -> None:
-    pre.save(directory, PRE_NAME)
-    post.save(directory, POST_NAME)
+    directory = Path(directory)
+    for name, norm, state_file, steps in ((PRE_NAME, pre, PRE_STATE, _pre_steps(pre, PRE_STATE)),
+                                          (POST_NAME, post, POST_STATE, _post_steps(post, POST_STATE))):
+        write_tensor_dict(directory / state_file, norm.state_dict())
+        save_json(directory / f"{name}.json", {"name": name, "steps": steps, "version": PROCESSOR_VERSION})
 
 
 def load_processors(directory: Path) -> tuple[Normalizer, Normalizer]:
-    return Normalizer.load(directory, PRE_NAME), Normalizer.load(directory, POST_NAME)
+    return _load(Path(directory), PRE_NAME), _load(Path(directory), POST_NAME)
+
+
+def _load(directory: Path, name: str) -> Normalizer:
+    path = directory / f"{name}.json"
+    desc = read_json_object(path, missing=": missing processor description")
+    version = desc.get("version")
+    if version == 1:
+        return _load_v1(directory, path, desc)
+    if version not in (None, PROCESSOR_VERSION):
+        raise ConfigError(f"{path}: unsupported processor version {version!r} (this lr reads {PROCESSOR_VERSION}, 1 and LeRobot's)")
+    steps = desc.get("steps")
+    if not isinstance(steps, list):
+        raise ConfigError(f"{path}: no list of steps")
+    wanted = "unnormalizer_processor" if name == POST_NAME else "normalizer_processor"
+    found: Normalizer | None = None
+    for step in steps:
+        kind = step.get("registry_name") if isinstance(step, dict) else None
+        config = step.get("config", {}) if isinstance(step, dict) else {}
+        if kind == "rename_observations_processor":
+            if config.get("rename_map"):
+                raise ConfigError(f"{path}: renames observations ({config['rename_map']}); lr takes the dataset's own names: "
+                                  "rename the dataset's features instead")
+        elif kind == wanted and found is None:
+            state = directory / str(step.get("state_file", ""))
+            try:
+                flat = load_file(str(state))
+            except (OSError, SafetensorError) as exc:
+                raise ConfigError(f"{path}: its {wanted} statistics {state.name} cannot be read ({exc})") from None
+            found = Normalizer.from_step(config, flat, inverse=name == POST_NAME, where=path)
+        elif kind not in _PASSIVE_STEPS:
+            raise ConfigError(f"{path}: step {kind or step!r} is not one lr runs (rename, to_batch, device, normalizer, unnormalizer)")
+    if found is None:
+        raise ConfigError(f"{path}: has no {wanted} step")
+    return found
+
+
+def _load_v1(directory: Path, path: Path, desc: dict[str, Any]) -> Normalizer:
+    """lr's first layout: one step {type, features, norm_map, state_file}, lowercase modes."""
+    if len(desc.get("steps", [])) != 1:
+        raise ConfigError(f"{path}: a version-1 processor has one step")
+    step = desc["steps"][0]
+    features = {k: FeatureSpec(type=v["type"], shape=list(v["shape"])) for k, v in step["features"].items()}
+    flat = load_file(str(directory / step["state_file"]))
+    stats: dict[str, dict[str, torch.Tensor]] = {}
+    for full, tensor in flat.items():
+        key, _, stat = full.rpartition(".")
+        stats.setdefault(key, {})[stat] = tensor
+    return Normalizer(features=features, norm_map=dict(step["norm_map"]), stats=stats, inverse=step["type"] == "unnormalizer")

@@ -36,7 +36,7 @@ from lr_config import (
     holds_a_run,
     load_policy_config,
 )
-from lr_config.layout import CHECKPOINTS, LAST, RUN_STATUS, TRAIN_CONFIG, TRAIN_OUTPUTS, last_train_config
+from lr_config.layout import ADAPTER_CONFIG, CHECKPOINTS, LAST, MODEL_WEIGHTS, RUN_STATUS, TRAIN_CONFIG, TRAIN_OUTPUTS, last_train_config
 from torch import nn
 
 from ._data.dataset import LeRobotDataset
@@ -144,6 +144,11 @@ def policy_horizon(cfg: TrainConfig) -> int:
     return cfg.policy.chunk_size
 
 
+def holds_adapters(path: Path) -> bool:
+    """`path` is a LoRA checkpoint's model folder: adapters (adapter_config.json) and no full weights."""
+    return (path / ADAPTER_CONFIG).is_file() and not (path / MODEL_WEIGHTS).is_file()
+
+
 def reads_base(cfg: TrainConfig) -> bool:
     """Whether the run reads the base at --policy.path: a fine-tune's start, and any LoRA run (its
     checkpoints hold only the adapters). A full fine-tune's resume does not: its checkpoint
@@ -174,6 +179,9 @@ def resolve_features(cfg: TrainConfig, ctx: DistContext, resume_step_dir: Path |
         base = _base_config(cfg, resume_step_dir)
         if type(base) is not type(policy):
             raise ConfigError(f"--policy.path: {policy.path} holds a {base.type_name!r} policy, but --policy.type is {policy.type_name!r}")
+        if holds_adapters(Path(str(policy.path))) and cfg.peft.method_type is not None:
+            raise ConfigError(f"--policy.path: {policy.path} holds LoRA adapters, not a full model; new adapters need a full base: "
+                              "fine-tune it in full (no --peft.method_type), or pass the base the adapters were trained on")
     root = locate_dataset(cfg.dataset, ctx)  # one process per node downloads (or makes the demo); the others wait
     from ._data.dataset import load_meta
 
@@ -255,14 +263,32 @@ def build_policy(cfg: TrainConfig, device: torch.device) -> nn.Module:
     --peft.method_type is set."""
     seed_everything(cfg.seed)
     policy: nn.Module = make_policy(cfg.policy)
+    if cfg.policy.path is None and not cfg.resume:
+        _pretrained_backbone(policy)
     if reads_base(cfg):
         assert cfg.policy.path is not None
-        load_weights(policy, cfg.policy.path)
+        if holds_adapters(Path(cfg.policy.path)):  # a LoRA checkpoint: its adapters merged into its recorded base
+            from ._adapters import load_adapter_policy
+
+            merged = load_adapter_policy(Path(cfg.policy.path)).merge_and_unload()
+            policy.load_state_dict(merged.state_dict())
+        else:
+            load_weights(policy, cfg.policy.path)
     if cfg.peft.method_type is not None:
         from ._adapters import apply_lora
 
         policy = apply_lora(policy, cfg)
     return policy.to(device)
+
+
+def _pretrained_backbone(policy: nn.Module) -> None:
+    """A fresh ACT with images starts its backbone from --policy.pretrained_backbone_weights."""
+    from ._policies.act import ACTPolicy
+
+    if isinstance(policy, ACTPolicy) and policy.cfg.pretrained_backbone_weights and policy.model.image_keys:
+        from ._policies.backbone_weights import load_backbone_weights
+
+        load_backbone_weights(policy.model.backbone, policy.cfg.pretrained_backbone_weights)
 
 
 def policy_type(model: nn.Module) -> type[Policy]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from lr_config import (
+    demo_preset_note,
     EvalAggregate,
     MetricsRecord,
     RunStatus,
@@ -140,6 +141,8 @@ def banner(run: Run) -> None:
     total = sum(p.numel() for p in run.policy.parameters())
     trainable = sum(p.numel() for p in run.policy.parameters() if p.requires_grad)
     log(ctx, f"lr-engine: {cfg.policy.type_name} policy, {total:,} parameters ({trainable:,} trainable) on {ctx.device.type}")
+    if (note := demo_preset_note(cfg.policy)) is not None:
+        log(ctx, f"policy: {note}")
     log(ctx, banner_line(cfg, ctx.topology))
     if cfg.steps % cfg.grad_accum_steps:
         last_update = cfg.steps - cfg.steps % cfg.grad_accum_steps

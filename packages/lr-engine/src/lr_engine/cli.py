@@ -108,6 +108,9 @@ def run(argv: list[str]) -> int:
         if "--help" in flags or "-h" in flags:
             print(format_help())
             return 0
+        from ._hub_models import resolve_policy_path_flag
+
+        flags = resolve_policy_path_flag(flags)  # a Hub repo id is downloaded once, then read as a folder
         cfg, applied = apply_accelerate_env(parse_train_config(flags), os.environ)
         if applied and int(os.environ.get("RANK", "0")) == 0:
             print("accelerate's environment applied (its override is set): " + "; ".join(applied), flush=True)

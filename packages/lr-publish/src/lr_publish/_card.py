@@ -39,7 +39,7 @@ def model_card(
         _summary(repo_id, train_config, adapter_config),
         _training_section(train_config, training_step),
         _dataset_section(train_config),
-        _loading_section(repo_id, adapter=adapter_config is not None),
+        _loading_section(repo_id, adapter=adapter_config is not None, lerobot=train_config.policy.type_name == "act"),
     ]
     return "\n\n".join(parts) + "\n"
 
@@ -118,7 +118,7 @@ def _dataset_section(cfg: TrainConfig) -> str:
     return text
 
 
-def _loading_section(repo_id: str, *, adapter: bool) -> str:
+def _loading_section(repo_id: str, *, adapter: bool, lerobot: bool = False) -> str:
     weights = "adapter_model.safetensors" if adapter else "model.safetensors"
     code = (
         "```python\n"
@@ -133,5 +133,15 @@ def _loading_section(repo_id: str, *, adapter: bool) -> str:
     tail = ("Fine-tune it with lr: `lr-engine train --policy.path=<folder> --dataset.repo_id=...`."
             if not adapter else
             "Merge the adapter into the base policy's weights, or train on with lr from the base.")
+    if lerobot and not adapter:  # lr's act is LeRobot's ACT, in LeRobot's files
+        code = (
+            "LeRobot (0.6.1) loads it as it is:\n\n"
+            "```python\n"
+            "from lerobot.policies.act.modeling_act import ACTPolicy\n"
+            "from lerobot.policies.factory import make_pre_post_processors\n\n"
+            f'policy = ACTPolicy.from_pretrained("{repo_id}")\n'
+            f'preprocessor, postprocessor = make_pre_post_processors(policy.config, pretrained_path="{repo_id}")\n'
+            "```\n\nOr read the files directly:\n\n" + code
+        )
     return ("## How to load\n\n" + code + "\n\n`train_config.json` holds every training setting; "
             "`policy_preprocessor.json` / `policy_postprocessor.json` the normalization.\n\n" + tail)

@@ -52,7 +52,7 @@ CHECKSUMS = "checksums.json"
 
 _PUBLISHED_NAMES = frozenset({
     "config.json", "train_config.json", "model.safetensors", "adapter_model.safetensors",
-    "adapter_config.json", "policy_preprocessor.json", "policy_postprocessor.json",
+    "adapter_config.json", "policy_preprocessor.json", "policy_postprocessor.json", "lr_policy.json",
 })
 _PUBLISHED_PATTERNS = ("*_step_*.safetensors",)
 _NEVER_UPLOADED = ("pytorch_model_fsdp_*", "optimizer_*", TRAINING_STATE, "*.distcp", ".metadata")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 from lr_checkpoint import write_tensor_dict
-from lr_config import ConfigError, PolicyConfigBase, load_policy_config, plugin_policy_class_path, policy_config_dict, policy_types, save_json
+from lr_config import ConfigError, PolicyConfigBase, load_policy_config, plugin_policy_class_path, save_policy_config, policy_config_dict, policy_types, save_json
 from lr_config.layout import MODEL_DCP, MODEL_WEIGHTS, POLICY_CONFIG
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -92,7 +92,7 @@ def save_pretrained(policy: nn.Module, directory: Path, state_dict: dict[str, to
     if not distributed or dist.get_rank() == 0:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        save_json(directory / POLICY_CONFIG, policy_config_dict(inner.config))
+        save_policy_config(directory, inner.config)
         write_tensor_dict(directory / MODEL_WEIGHTS, state)
     if distributed:
         dist.barrier()
