@@ -17,7 +17,10 @@ tools/bench/data_loading.py builds it; this project's uv.lock is not involved).
    (`load_pretrained`, `load_processors`) and computes them.
 
 Each way runs for two configurations: LeRobot's defaults (ResNet-18, backbone from scratch)
-and a small pre-norm one with GELU, no VAE and a ResNet-34. Observations are 2 cameras of
+and a small pre-norm one with GELU, no VAE and a ResNet-34.
+3. A checkpoint `lerobot-train` itself trained (LeRobot's defaults, backbone from scratch, 2 steps
+   of batch 4 on LeRobot's own video dataset, packages/lr-engine/tests/data/lerobot_reference/):
+   LeRobot and lr load its `pretrained_model/` and compute chunks for the same observations. Observations are 2 cameras of
 48x64 pixels, a 4-value state and a 2-value environment state. It prints the largest
 difference per case and exits 1 when one exceeds 1e-4 (float32 on CPU; the two torches
 differ).
@@ -167,6 +170,50 @@ def lr_actions(folder: Path, obs: dict[str, np.ndarray]) -> np.ndarray:
     return out.numpy()
 
 
+POINTMASS = HERE.parent / "packages" / "lr-engine" / "tests" / "data" / "lerobot_reference" / "dataset_pointmass_video"
+
+
+def lerobot_trained(python: Path, script: Path, tmp: Path) -> float | None:
+    """lerobot-train, LeRobot's defaults (backbone from scratch), 2 steps of batch 4 on its own
+    video dataset; its saved pretrained_model, loaded by LeRobot and by lr, on the same observations."""
+    import os
+
+    from lr_config.layout import PRETRAINED
+
+    out = tmp / "lerobot-train"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(tmp / "lerobot_home"), "OMP_NUM_THREADS": "1"}
+    for key in ("VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(key, None)
+    run = subprocess.run([str(python), "-m", "lerobot.scripts.lerobot_train", "--dataset.repo_id=local/pointmass",
+                          f"--dataset.root={POINTMASS}", "--dataset.video_backend=pyav", "--policy.type=act",
+                          "--policy.pretrained_backbone_weights=null", "--policy.device=cpu", "--policy.push_to_hub=false",
+                          "--batch_size=4", "--steps=2", "--save_freq=2", "--log_freq=1", "--wandb.enable=false", "--num_workers=0",
+                          f"--output_dir={out}"], capture_output=True, text=True, cwd=tmp, env=env, check=False)
+    folders = sorted(out.glob(f"checkpoints/*/{PRETRAINED}"))
+    if run.returncode != 0 or not folders:
+        print(run.stdout[-2000:] + run.stderr[-4000:])
+        print("FAIL lerobot-train: no checkpoint")
+        return None
+    folder = folders[-1]
+    rng = np.random.default_rng(9)
+    obs = {"observation.state": rng.normal(0, 1, (3, 4)).astype(np.float32),
+           "observation.environment_state": rng.normal(0, 1, (3, 2)).astype(np.float32),
+           "observation.images.top": rng.random((3, 3, 48, 64), dtype=np.float32)}
+    obs_file = tmp / "obs_pointmass.npz"
+    np.savez(obs_file, **obs)
+    run = subprocess.run([str(python), str(script), "load", str(folder), str(obs_file), str(tmp / "c.npy"), "{}"],
+                         capture_output=True, text=True, cwd=tmp, check=False)
+    if run.returncode != 0:
+        print(run.stdout + run.stderr[-4000:])
+        print("FAIL lerobot-train: LeRobot could not load its own checkpoint")
+        return None
+    theirs = np.load(tmp / "c.npy")
+    mine = lr_actions(folder, obs)
+    diff = float(np.abs(mine - theirs).max())
+    print(f"lerobot-train -> lr  step {folder.parent.resolve().name}: actions {mine.shape}, max |difference| {diff:.2e}")
+    return diff
+
+
 def main() -> int:
     from data_loading import lerobot_python
 
@@ -209,6 +256,11 @@ def main() -> int:
             diff = float(np.abs(mine - theirs).max())
             print(f"LeRobot -> lr  {name}: actions {mine.shape}, max |difference| {diff:.2e}")
             worst = max(worst, diff)
+        # a checkpoint lerobot-train itself trained (2 steps on LeRobot's own video dataset), read by lr
+        diff = lerobot_trained(python, script, tmp)
+        if diff is None:
+            return 1
+        worst = max(worst, diff)
     ok = worst <= TOLERANCE
     print(f"{'PASS' if ok else 'FAIL'}: largest difference {worst:.2e} (tolerance {TOLERANCE:g})")
     return 0 if ok else 1

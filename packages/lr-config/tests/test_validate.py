@@ -182,6 +182,8 @@ def test_scalar_rules(argv: list[str], expected: str) -> None:
         (["--policy.type=act", "--policy.vision_backbone=resnet34"], "--policy.pretrained_backbone_weights: resnet34 takes ResNet34_Weights.IMAGENET1K_V1 (or null: from scratch), got 'ResNet18_Weights.IMAGENET1K_V1'"),
         (["--policy.temporal_ensemble_coeff=0.01"], "--policy.temporal_ensemble_coeff: needs --policy.n_action_steps=1 (a chunk every step), got 10"),
         (["--policy.n_obs_steps=2"], "--policy.n_obs_steps: ACT takes one observation step (1), got 2"),
+        (["--policy.replace_final_stride_with_dilation=true"],
+         "--policy.replace_final_stride_with_dilation: resnet18's blocks cannot dilate (as in torchvision); use --policy.vision_backbone=resnet50 or leave it false"),
         (["--policy.n_heads=0"], "--policy.n_heads: must be >= 1, got 0"),
         (["--policy.type=mlp", "--policy.hidden_dim=0"], "--policy.hidden_dim: must be >= 1, got 0"),
         (["--policy.type=mlp", "--policy.n_layers=0"], "--policy.n_layers: must be >= 1, got 0"),

@@ -5,8 +5,9 @@
 shows. Policies are a union tagged by `type` (`--policy.type=act|mlp`).
 
 Contract rules (docs/architecture.md, Contracts): saved files hold every field, unknown keys are errors,
-and every file carries `version`. Defaults here are what `uv run lr-engine train` runs:
-ACT on the embedded demo dataset, sized to train in about a minute on two CPU cores.
+and every file carries `version`. Defaults here are what `uv run lr-engine train` runs: the
+embedded demo dataset, and ACT at its demo preset (`demo_act()`, sized to train in well under a
+minute on two CPU cores); `ACTConfig()` itself is LeRobot's ACT with LeRobot's defaults.
 
 A dict setting whose keys form a closed set declares it (`sub(..., keys=...)`, read back by
 `closed_keys`): `normalization_mapping` is keyed by feature type (the engine looks modes up

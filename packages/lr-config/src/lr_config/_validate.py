@@ -201,6 +201,9 @@ def _act_rules(pol: ACTConfig) -> list[str]:
         known = BACKBONE_WEIGHTS[pol.vision_backbone]
         p.append(f"--policy.pretrained_backbone_weights: {pol.vision_backbone} takes {' or '.join(known)} (or null: from scratch), "
                  f"got {pol.pretrained_backbone_weights!r}")
+    if pol.replace_final_stride_with_dilation and pol.vision_backbone in ("resnet18", "resnet34"):
+        p.append(f"--policy.replace_final_stride_with_dilation: {pol.vision_backbone}'s blocks cannot dilate (as in torchvision); "
+                 "use --policy.vision_backbone=resnet50 or leave it false")
     if pol.temporal_ensemble_coeff is not None and pol.n_action_steps != 1:
         p.append(f"--policy.temporal_ensemble_coeff: needs --policy.n_action_steps=1 (a chunk every step), got {pol.n_action_steps}")
     return p
