@@ -201,17 +201,27 @@ def lerobot_trained(python: Path, script: Path, tmp: Path) -> float | None:
            "observation.images.top": rng.random((3, 3, 48, 64), dtype=np.float32)}
     obs_file = tmp / "obs_pointmass.npz"
     np.savez(obs_file, **obs)
-    run = subprocess.run([str(python), str(script), "load", str(folder), str(obs_file), str(tmp / "c.npy"), "{}"],
-                         capture_output=True, text=True, cwd=tmp, check=False)
-    if run.returncode != 0:
-        print(run.stdout + run.stderr[-4000:])
-        print("FAIL lerobot-train: LeRobot could not load its own checkpoint")
+    theirs = lerobot_side(python, script, "load", folder, obs_file, tmp / "c.npy", "{}", "lerobot-train: LeRobot could not load its own checkpoint")
+    if theirs is None:
         return None
-    theirs = np.load(tmp / "c.npy")
     mine = lr_actions(folder, obs)
     diff = float(np.abs(mine - theirs).max())
     print(f"lerobot-train -> lr  step {folder.parent.resolve().name}: actions {mine.shape}, max |difference| {diff:.2e}")
     return diff
+
+
+def lerobot_side(python: Path, script: Path, mode: str, folder: Path, obs_file: Path, out: Path, payload: str,
+                 failure: str) -> np.ndarray | None:
+    """Run LeRobot's half (`mode` load or make) on `folder`; its action chunks, or None after
+    printing its output and `failure`."""
+    run = subprocess.run([str(python), str(script), mode, str(folder), str(obs_file), str(out), payload],
+                         capture_output=True, text=True, cwd=out.parent, check=False)
+    if run.returncode != 0:
+        print(run.stdout + run.stderr[-4000:])
+        print(f"FAIL {failure}")
+        return None
+    print(run.stdout.strip())
+    return np.load(out)
 
 
 def main() -> int:
@@ -230,28 +240,18 @@ def main() -> int:
             # lr writes, LeRobot reads
             folder = tmp / f"lr-{name}"
             mine = lr_build(folder, case, obs, st)
-            run = subprocess.run([str(python), str(script), "load", str(folder), str(obs_file), str(tmp / "a.npy"), "{}"],
-                                 capture_output=True, text=True, cwd=tmp, check=False)
-            if run.returncode != 0:
-                print(run.stdout + run.stderr[-4000:])
-                print(f"FAIL {name}: LeRobot could not load lr's folder")
+            theirs = lerobot_side(python, script, "load", folder, obs_file, tmp / "a.npy", "{}", f"{name}: LeRobot could not load lr's folder")
+            if theirs is None:
                 return 1
-            print(run.stdout.strip())
-            theirs = np.load(tmp / "a.npy")
             diff = float(np.abs(mine - theirs).max())
             print(f"lr -> LeRobot  {name}: actions {mine.shape}, max |difference| {diff:.2e}")
             worst = max(worst, diff)
             # LeRobot writes, lr reads
             folder = tmp / f"lerobot-{name}"
             payload = json.dumps({**case, "_features": json.dumps({"inputs": FEATURES, "outputs": ACTION})})
-            run = subprocess.run([str(python), str(script), "make", str(folder), str(obs_file), str(tmp / "b.npy"), payload],
-                                 capture_output=True, text=True, cwd=tmp, check=False)
-            if run.returncode != 0:
-                print(run.stdout + run.stderr[-4000:])
-                print(f"FAIL {name}: LeRobot could not build its ACT")
+            theirs = lerobot_side(python, script, "make", folder, obs_file, tmp / "b.npy", payload, f"{name}: LeRobot could not build its ACT")
+            if theirs is None:
                 return 1
-            print(run.stdout.strip())
-            theirs = np.load(tmp / "b.npy")
             mine = lr_actions(folder, obs)
             diff = float(np.abs(mine - theirs).max())
             print(f"LeRobot -> lr  {name}: actions {mine.shape}, max |difference| {diff:.2e}")

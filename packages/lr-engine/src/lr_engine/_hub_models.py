@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lr_config import ConfigError, check_repo_id
+from lr_config import ConfigError, check_repo_id, split_flags
 from lr_config.layout import POLICY_CONFIG, PRETRAINED
 
 __all__ = ["model_folder", "resolve_policy_path_flag"]
@@ -53,16 +53,17 @@ def model_folder(path: str, revision: str | None) -> tuple[Path, str]:
 
 def resolve_policy_path_flag(flags: list[str]) -> list[str]:
     """`flags` with a Hub repo id in `--policy.path=` replaced by its downloaded folder (a local
-    folder, or a value that is neither, is left for the parser to judge and name)."""
-    values = {flag.partition("=")[0]: flag.partition("=")[2] for flag in flags if flag.startswith("--") and "=" in flag}
-    path = values.get("--policy.path", "").strip()
+    folder, or a value that is neither, is left for the parser to judge and name). Malformed flags
+    are refused as the parser refuses them (`split_flags`, which it calls first too)."""
+    values = split_flags(flags)
+    path = values.get("policy.path", "").strip()
     if not path or path in ("null", "None") or Path(path).expanduser().exists():
         return flags
     try:
         check_repo_id(path, "--policy.path")
     except ConfigError:
         return flags
-    revision = values.get("--policy.pretrained_revision", "").strip() or None
+    revision = values.get("policy.pretrained_revision", "").strip() or None
     folder, _ = model_folder(path, None if revision in (None, "null", "None") else revision)
     if os.environ.get("RANK", "0") == "0":
         print(f"--policy.path={path}: the Hub model is in {folder}", flush=True)
