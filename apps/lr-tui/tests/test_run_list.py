@@ -52,8 +52,10 @@ async def test_runs_appear_newest_first_and_their_status_follows_run_json(tmp_pa
 
         new = make_run(root / "2026-01-03" / "09-00-00_act", started="2026-01-03T09:00:00+00:00", step=10, pid=os.getpid(), hostname=HOST,
                        flags=("--parallelism.dp_shard=2",), world_size=2)
-        await wait_until(pilot, lambda: monitor.query_one("#runs").row_count == 3, what="the new run")
-        assert rows(monitor)[0] == ["2026-01-03/09-00-00_act", "running", "10/100", "act", "FSDP2 2", "1.842"]
+        # The list is read by a worker while make_run writes, so the new row may first show the
+        # folder before its run.json ("no run.json yet"); it must then follow run.json.
+        expected = ["2026-01-03/09-00-00_act", "running", "10/100", "act", "FSDP2 2", "1.842"]
+        await wait_until(pilot, lambda: monitor.query_one("#runs").row_count == 3 and rows(monitor)[0] == expected, what="the new run")
         assert monitor.selected_run == root / "2026-01-02" / "09-00-00_mlp"  # the highlight stays on its run
 
         status = load_run_status(new / RUN_STATUS)
