@@ -16,6 +16,7 @@ accumulation steps or by the world size, or ranks summing instead of averaging.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -233,6 +234,27 @@ def test_bf16_and_fp16_train_and_fp16_saves_its_scaler(tmp_path: Path, demo_data
     assert not (bf16 / "checkpoints" / "000030" / "training_state" / "scaler_state.json").exists()
     master = load_file(str(fp16 / "checkpoints" / "000030" / "pretrained_model" / "model.safetensors"))
     assert all(t.dtype == torch.float32 for t in master.values())
+
+
+def test_policy_dtype_bfloat16_trains_sharded_in_bfloat16_weights_and_a_resume_keeps_it(tmp_path: Path, demo_dataset: Path) -> None:
+    """--policy.dtype=bfloat16 under FSDP2-2 without autocast: the weights, gradients and the
+    saved model are bfloat16, the loss falls, config.json stays LeRobot's (the dtype is in
+    lr_policy.json), and a resume in another dtype is refused before anything runs."""
+    os.environ["LR_TEST_DATASET"] = str(demo_dataset)
+    run = train(tmp_path, "bf16w", 2, "--steps=20", "--batch_size=8", "--parallelism.dp_shard=2", "--optimizer.lr=0.003", "--save_freq=20",
+                "--policy.dtype=bfloat16")
+    values = losses(run)
+    assert all(math.isfinite(v) for v in values) and sum(values[-5:]) / 5 < 0.8 * sum(values[:5]) / 5, values
+    step = run / "checkpoints" / "000020"
+    assert {t.dtype for t in load_file(str(step / "pretrained_model" / "model.safetensors")).values()} == {torch.bfloat16}
+    recorded = json.loads((step / "training_state" / "training_step.json").read_text())
+    assert (recorded["param_dtype"], recorded["precision"]) == ("bfloat16", "no")
+    assert "dtype" not in json.loads((step / "pretrained_model" / "config.json").read_text())
+    assert json.loads((step / "pretrained_model" / "lr_policy.json").read_text())["dtype"] == "bfloat16"
+    proc = run_cli(["lr_engine.cli", "train", "--resume=true", f"--config_path={step}", "--steps=21", "--parallelism.dp_shard=1",
+                    "--policy.dtype=float32"])
+    assert proc.returncode == 2 and "--policy.dtype: " in proc.stderr and "resume with --policy.dtype=bfloat16" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
 
 
 def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank(tmp_path: Path, demo_dataset: Path) -> None:

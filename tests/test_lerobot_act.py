@@ -68,9 +68,29 @@ def test_config_json_is_lerobots_with_its_defaults(tmp_path: Path) -> None:
     # LeRobot leaves `private` and `license` unset (null); lr writes its own defaults there
     differ = {k for k in gold if mine[k] != gold[k]}
     assert differ == {"private", "license"} and mine["private"] is False and mine["license"] == "apache-2.0"
-    assert json.loads((tmp_path / "lr_policy.json").read_text()) == {"version": 2, "type": "act"}
+    assert json.loads((tmp_path / "lr_policy.json").read_text()) == {"version": 3, "type": "act", "dtype": "float32"}
     assert load_policy_config(tmp_path) == mine_cfg  # and lr reads its own file back
     assert load_policy_config(POINTMASS) == ACTConfig(**{**mine_cfg.__dict__, "push_to_hub": False})
+
+
+def test_policy_dtype_lives_in_lr_policy_json_and_a_policy_path_keeps_it(tmp_path: Path) -> None:
+    """LeRobot's ACT has no dtype field: lr_policy.json (version 3) carries --policy.dtype;
+    version 2 files are float32; a key lr does not write there is refused by name."""
+    from lr_config import ACTConfig, ConfigError, load_policy_config, parse_train_config, save_policy_config
+
+    gold = json.loads((POINTMASS / "config.json").read_text())
+    cfg = ACTConfig(input_features=_features(gold["input_features"]), output_features=_features(gold["output_features"]), dtype="bfloat16")
+    save_policy_config(tmp_path, cfg)
+    _lerobot_reader(json.loads((tmp_path / "config.json").read_text()), set(gold))
+    assert json.loads((tmp_path / "lr_policy.json").read_text()) == {"version": 3, "type": "act", "dtype": "bfloat16"}
+    assert load_policy_config(tmp_path).dtype == "bfloat16"
+    assert parse_train_config([f"--policy.path={tmp_path}"]).policy.dtype == "bfloat16"
+    assert parse_train_config([f"--policy.path={tmp_path}", "--policy.dtype=float32"]).policy.dtype == "float32"
+    (tmp_path / "lr_policy.json").write_text(json.dumps({"version": 2, "type": "act"}))
+    assert load_policy_config(tmp_path).dtype == "float32"
+    (tmp_path / "lr_policy.json").write_text(json.dumps({"version": 3, "type": "act", "dtype": "bfloat16", "compile": True}))
+    with pytest.raises(ConfigError, match=r"lr_policy\.json has unknown keys compile"):
+        load_policy_config(tmp_path)
 
 
 def test_a_field_lerobot_does_not_know_is_refused_by_name(tmp_path: Path) -> None:

@@ -340,3 +340,18 @@ def test_a_version_1_train_config_is_upgraded_with_the_schedule_it_had(tmp_path:
     path.write_text(json.dumps({**data, "version": 2}))
     with pytest.raises(ConfigError, match="incomplete file, missing --scheduler.decay_steps"):
         load_train_config(path)
+
+
+def test_a_version_4_train_config_is_upgraded_to_float32_policies(tmp_path: Path) -> None:
+    """Version 4 had no policy.dtype (its policies were float32); a version-5 file without it is incomplete."""
+    path = tmp_path / "train_config.json"
+    cfg = TrainConfig(steps=40)
+    save_json(path, to_dict(cfg))
+    data = json.loads(path.read_text())
+    assert data["version"] == 5 and data["policy"]["dtype"] == "float32"
+    del data["policy"]["dtype"]
+    path.write_text(json.dumps({**data, "version": 4}))
+    assert load_train_config(path) == cfg
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"incomplete file, missing --policy\.dtype"):
+        load_train_config(path)

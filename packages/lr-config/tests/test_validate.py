@@ -120,6 +120,18 @@ def test_bfloat16_dtype_needs_no_particular_mode() -> None:
     assert problems(["--accelerator.fsdp.mixed_precision_policy.param_dtype=bfloat16"]) == []
 
 
+def test_policy_dtype_takes_float32_or_bfloat16_and_no_fp16_autocast_over_it(tmp_path) -> None:
+    assert problems(["--policy.dtype=bfloat16"]) == [] and problems(["--policy.dtype=bfloat16", "--accelerator.mixed_precision=bf16"]) == []
+    with pytest.raises(ConfigError, match=r"--policy\.dtype: expected one of 'float32', 'bfloat16', got 'float16'"):
+        parse_train_config(["--policy.dtype=float16"])
+    line = only_problem(["--policy.dtype=bfloat16", "--accelerator.mixed_precision=fp16"])
+    assert line.startswith("--policy.dtype=bfloat16 with --accelerator.mixed_precision=fp16") and "bf16 or no" in line
+    save_json(tmp_path / "config.json", policy_config_dict(ACTConfig()))
+    lora = [f"--policy.path={tmp_path}", "--policy.dtype=bfloat16", "--peft.method_type=LORA"]
+    assert only_problem(lora).endswith("needs --accelerator.mixed_precision=bf16")
+    assert problems([*lora, "--accelerator.mixed_precision=bf16"]) == []
+
+
 @pytest.mark.parametrize("name", ["ring_degree", "ulysses_degree"])
 @pytest.mark.parametrize("value", [2, 8])
 @pytest.mark.parametrize("world_size", [None, 1, 4])
@@ -163,7 +175,7 @@ def test_unknown_policy_type_suggests_the_closest() -> None:
          "add --dry_run=true or drop --world_size"),
         (["--optimizer.weight_decay=-0.1"], "--optimizer.weight_decay: must be >= 0, got -0.1"),
         (["--optimizer.eps=0"], "--optimizer.eps: must be > 0, got 0.0"),
-        (["--version=5"], "--version: train_config schema version 5 is not supported (expected 4)"),
+        (["--version=6"], "--version: train_config schema version 6 is not supported (expected 5)"),
     ],
 )
 def test_scalar_rules(argv: list[str], expected: str) -> None:

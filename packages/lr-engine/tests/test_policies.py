@@ -65,6 +65,37 @@ def test_select_action_pops_a_chunk_n_action_steps_at_a_time(cfg):
     assert not policy._queue
 
 
+@pytest.mark.parametrize("cfg", configs(), ids=["act", "mlp"])
+def test_a_bfloat16_policy_takes_float32_batches_and_gives_float32_losses_and_actions(tmp_path, cfg):
+    """--policy.dtype=bfloat16: parameters and buffers are bfloat16; float32 inputs are cast as
+    they enter forward and select_action; the loss and the actions are float32; the saved
+    weights are bfloat16 and load back into a bfloat16 policy."""
+    import dataclasses
+    import json
+
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(cfg, dtype="bfloat16")
+    policy = make_policy(cfg)
+    assert {t.dtype for t in [*policy.parameters(), *policy.buffers()] if t.is_floating_point()} == {torch.bfloat16}
+    loss, info = policy(batch(cfg.chunk_size))
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.bfloat16 for p in policy.parameters())
+    obs = {k: v for k, v in batch(cfg.chunk_size).items() if k.startswith("observation.")}
+    policy.eval()
+    action = policy.select_action(obs)
+    assert action.dtype == torch.float32 and action.shape == (3, 2)
+    save_pretrained(policy, tmp_path)
+    assert {t.dtype for t in load_file(str(tmp_path / "model.safetensors")).values()} == {torch.bfloat16}
+    assert json.loads((tmp_path / "lr_policy.json").read_text())["dtype"] == "bfloat16"
+    again = load_pretrained(tmp_path).eval()
+    assert again.config == policy.config and next(again.parameters()).dtype == torch.bfloat16
+    policy.reset()
+    assert torch.equal(policy.select_action(obs), again.select_action(obs))
+
+
 def test_padded_steps_do_not_count_in_the_loss():
     torch.manual_seed(0)
     cfg = configs()[1]

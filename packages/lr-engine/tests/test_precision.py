@@ -45,6 +45,9 @@ def test_an_unset_reduce_dtype_reduces_in_the_parameters_own_dtype_on_the_locked
         (["--accelerator.mixed_precision=fp16"], True, ("float16", "float32", "float16")),
         (["--accelerator.fsdp.mixed_precision_policy.param_dtype=bfloat16", "--accelerator.fsdp.mixed_precision_policy.reduce_dtype=bfloat16"],
          True, ("bfloat16", "bfloat16", "bfloat16")),
+        (["--policy.dtype=bfloat16"], False, ("bfloat16", "bfloat16", "bfloat16")),
+        (["--policy.dtype=bfloat16"], True, ("bfloat16", "bfloat16", "bfloat16")),
+        (["--policy.dtype=bfloat16", "--accelerator.mixed_precision=bf16"], True, ("bfloat16", "float32", "bfloat16")),
     ],
 )
 def test_effective_dtypes(flags: list[str], sharded: bool, expected: tuple[str, str, str]) -> None:

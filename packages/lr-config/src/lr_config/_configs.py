@@ -58,7 +58,7 @@ __all__ = [
     "doc",
 ]
 
-TRAIN_CONFIG_VERSION = 4
+TRAIN_CONFIG_VERSION = 5
 """train_config.json's version: 2 added `scheduler.decay_steps` and the dataset's `revision`, `video_backend`,
 `tolerance_s` and `image_transforms`; 3 added `eval_freq`, `eval` and `env`; 4 made `act` LeRobot's ACT and added
 `policy.pretrained_revision` (older files are upgraded on load; an older ACT is refused by name)."""
@@ -68,6 +68,7 @@ CHECKPOINT_FORMATS = ("safetensors", "dcp", "safetensors_dcp")
 CheckpointFormat = Literal["safetensors", "dcp", "safetensors_dcp"]
 Precision = Literal["no", "bf16", "fp16"]
 DType = Literal["float32", "bfloat16", "float16"]
+PolicyDType = Literal["float32", "bfloat16"]
 FeatureType = Literal["STATE", "ENV", "VISUAL", "ACTION"]
 FEATURE_TYPES: tuple[str, ...] = get_args(FeatureType)
 NormMode = Literal["mean_std", "min_max", "identity"]
@@ -162,6 +163,12 @@ class PolicyConfigBase:
     type_name: ClassVar[str] = ""
 
     device: str | None = doc(None, "cuda, mps, xpu or cpu; the best available when unset.")
+    dtype: PolicyDType = doc(
+        "float32",
+        "The policy's parameter dtype: float32, or bfloat16 (parameters, gradients and optimizer state in bfloat16; "
+        "the batch is cast to it as it enters the policy). It casts parameters only: autocast is "
+        "--accelerator.mixed_precision's.",
+    )
     path: Path | None = doc(None, "A saved policy to fine-tune (config.json + model.safetensors, lr's or LeRobot's): a folder or a Hub repo id.")
     pretrained_revision: str | None = doc(None, "Branch, tag or commit of a Hub --policy.path; main when unset.")
     repo_id: str | None = doc(None, "Hub repo id (user/name): the trained model is published there at the end (see push_to_hub).")

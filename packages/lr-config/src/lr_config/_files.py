@@ -7,7 +7,7 @@
 | `run.json`            | `RunStatus`    | engine (main rank)          |
 | `checksums.json`      | `Checksums`    | checkpoint (main rank, at commit); version 2 (`CHECKSUMS_VERSION`), version 1 upgraded on load |
 | `adapter_base.json`   | `AdapterBase`  | engine (main rank), in a LoRA run's checkpoints and final model: the base its adapters belong to |
-| `train_config.json`   | `TrainConfig`  | engine, in each run and checkpoint; version 4 (`TRAIN_CONFIG_VERSION`), versions 1 to 3 upgraded on load (`load_train_config`; an earlier `act` is refused) |
+| `train_config.json`   | `TrainConfig`  | engine, in each run and checkpoint; version 5 (`TRAIN_CONFIG_VERSION`), versions 1 to 4 upgraded on load (`load_train_config`; an earlier `act` is refused) |
 
 Readers use `load_training_step` / `load_run_status` / `read_metrics` (`parse_metrics_line`
 for one line), which refuse unknown keys and versions, and missing fields (lr writes every
@@ -309,11 +309,20 @@ def _train_config_from_v3(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "version": 4}
 
 
+def _train_config_from_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 had no `policy.dtype`: its policies trained in float32."""
+    policy = data.get("policy")
+    if isinstance(policy, dict):
+        data = {**data, "policy": {"dtype": "float32", **policy}}
+    return {**data, "version": 5}
+
+
 def load_train_config(path: Path) -> TrainConfig:
-    """Read a train_config.json (every field, unknown keys refused); versions 1 to 3 are upgraded."""
+    """Read a train_config.json (every field, unknown keys refused); versions 1 to 4 are upgraded."""
     try:
         return load_json(path, TrainConfig, current_version=TRAIN_CONFIG_VERSION,
-                         upgrades={1: _train_config_from_v1, 2: _train_config_from_v2, 3: _train_config_from_v3})
+                         upgrades={1: _train_config_from_v1, 2: _train_config_from_v2, 3: _train_config_from_v3,
+                                   4: _train_config_from_v4})
     except ConfigError as exc:
         if str(exc).startswith("holds lr's earlier ACT"):
             raise ConfigError(f"{path} {exc}") from None

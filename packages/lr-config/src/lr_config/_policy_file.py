@@ -6,11 +6,13 @@
   `pretrained_path`, `pretrained_revision`), then the policy's own fields, with
   `normalization_mapping` in LeRobot's spelling (`MEAN_STD`). LeRobot's parser refuses a key
   it does not know, so nothing of lr's own goes in it.
-- `lr_policy.json` beside it carries lr's contract version (`POLICY_CONFIG_VERSION`) and the
-  policy type, so lr knows the pair is its own and which version wrote it.
+- `lr_policy.json` beside it carries lr's contract version (`POLICY_CONFIG_VERSION`), the
+  policy type, so lr knows the pair is its own and which version wrote it, and lr's policy
+  settings that LeRobot's ACT has no field for: `dtype` (`--policy.dtype`). Version 2 had no
+  `dtype`: its policies were float32.
 
 Reading (`load_policy_config`, strict: unknown keys are errors, as in LeRobot's parser):
-- with `lr_policy.json`: lr's version 2, the layout above;
+- with `lr_policy.json`: lr's version 3 (or 2), the layout above;
 - without it, and without a `version` key: a folder LeRobot wrote (fields it leaves out take
   their defaults, as LeRobot does);
 - `{"version": 1, ...}`: lr's first layout (lr's own field names). Its `act` was lr's earlier
@@ -31,10 +33,14 @@ from ._errors import ConfigError
 from ._serde import from_dict, read_json_object, save_json, to_dict
 from .layout import LR_POLICY, MODEL_WEIGHTS, POLICY_CONFIG
 
-__all__ = ["LEROBOT_ONLY_FIELDS", "POLICY_CONFIG_VERSION", "load_policy_config", "policy_config_dict", "save_policy_config"]
+__all__ = ["LEROBOT_ONLY_FIELDS", "LR_POLICY_FIELDS", "POLICY_CONFIG_VERSION", "load_policy_config", "lr_policy_dict", "policy_config_dict",
+           "save_policy_config"]
 
-POLICY_CONFIG_VERSION = 2
-"""lr_policy.json's version: 2 is LeRobot's config.json layout; 1 was lr's own (a `version` key in config.json)."""
+POLICY_CONFIG_VERSION = 3
+"""lr_policy.json's version: 3 adds `dtype`; 2 is LeRobot's config.json layout; 1 was lr's own (a `version` key in config.json)."""
+
+LR_POLICY_FIELDS = ("dtype",)
+"""lr's policy settings kept in lr_policy.json rather than config.json (LeRobot's ACT refuses them)."""
 
 LEROBOT_ONLY_FIELDS = ("use_amp", "use_peft", "tags")
 """LeRobot's common policy fields lr has no setting for: written as LeRobot's defaults (precision
@@ -47,6 +53,8 @@ _LEROBOT_HEAD = ("n_obs_steps", "input_features", "output_features", "device", "
 def policy_config_dict(config: PolicyConfigBase) -> dict[str, Any]:
     """What `config.json` holds for `config`: LeRobot's layout (module docstring)."""
     own = to_dict(config)
+    for key in LR_POLICY_FIELDS:
+        own.pop(key, None)
     common = {
         "n_obs_steps": own.pop("n_obs_steps", 1),
         "input_features": own.pop("input_features"),
@@ -75,7 +83,13 @@ def policy_config_dict(config: PolicyConfigBase) -> dict[str, Any]:
 def save_policy_config(directory: Path, config: PolicyConfigBase) -> None:
     """`config.json` (LeRobot's layout) and `lr_policy.json` (lr's version) in `directory`."""
     save_json(Path(directory) / POLICY_CONFIG, policy_config_dict(config))
-    save_json(Path(directory) / LR_POLICY, {"version": POLICY_CONFIG_VERSION, "type": config.type_name})
+    save_json(Path(directory) / LR_POLICY, lr_policy_dict(config))
+
+
+def lr_policy_dict(config: PolicyConfigBase) -> dict[str, Any]:
+    """What `lr_policy.json` holds for `config`: lr's version, the type and lr's own policy settings."""
+    own = to_dict(config)
+    return {"version": POLICY_CONFIG_VERSION, "type": config.type_name, **{key: own[key] for key in LR_POLICY_FIELDS}}
 
 
 def load_policy_config(directory: Path) -> PolicyConfigBase:
@@ -91,13 +105,26 @@ def load_policy_config(directory: Path) -> PolicyConfigBase:
         return _from_v1(path, data)
     sidecar = directory / LR_POLICY
     if sidecar.exists():
-        mark = read_json_object(sidecar, prefix="--policy.path: ")
-        if mark.get("version") != POLICY_CONFIG_VERSION:
-            raise ConfigError(f"--policy.path: {sidecar} has version {mark.get('version')!r}; this lr reads version {POLICY_CONFIG_VERSION}: upgrade lr")
-        if mark.get("type") != data.get("type"):
-            raise ConfigError(f"--policy.path: {sidecar} says type {mark.get('type')!r} but {path} says {data.get('type')!r}; "
-                              "the two files come from different saves")
+        data = {**data, **_lr_settings(sidecar, data)}
     return _from_lerobot_layout(path, data)
+
+
+def _lr_settings(sidecar: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """lr's own policy settings from `lr_policy.json` (version 2 had none: float32)."""
+    mark = read_json_object(sidecar, prefix="--policy.path: ")
+    version = mark.get("version")
+    if version not in (2, POLICY_CONFIG_VERSION):
+        raise ConfigError(f"--policy.path: {sidecar} has version {version!r}; this lr reads versions 2 and {POLICY_CONFIG_VERSION}: upgrade lr")
+    if mark.get("type") != data.get("type"):
+        raise ConfigError(f"--policy.path: {sidecar} says type {mark.get('type')!r} but {sidecar.parent / POLICY_CONFIG} says "
+                          f"{data.get('type')!r}; the two files come from different saves")
+    expected = {"version", "type", *(LR_POLICY_FIELDS if version == POLICY_CONFIG_VERSION else ())}
+    if set(mark) != expected:
+        extra, missing = sorted(set(mark) - expected), sorted(expected - set(mark))
+        raise ConfigError(f"--policy.path: {sidecar} " + "; ".join(
+            ([f"has unknown keys {', '.join(extra)}"] if extra else []) + ([f"lacks {', '.join(missing)}"] if missing else []))
+            + "; lr writes exactly version, type and " + ", ".join(LR_POLICY_FIELDS))
+    return {key: mark[key] for key in LR_POLICY_FIELDS if key in mark}
 
 
 def _from_lerobot_layout(path: Path, data: dict[str, Any]) -> PolicyConfigBase:

@@ -223,6 +223,12 @@ def _accelerator_rules(cfg: TrainConfig) -> list[str]:
             re.compile(fsdp.ignored_modules)
         except re.error as exc:
             p.append(f"--accelerator.fsdp.ignored_modules: not a valid regex ({exc})")
+    if cfg.policy.dtype == "bfloat16" and cfg.accelerator.mixed_precision == "fp16":
+        p.append("--policy.dtype=bfloat16 with --accelerator.mixed_precision=fp16: fp16 autocast over bfloat16 parameters "
+                 "computes in neither; use --accelerator.mixed_precision=bf16 or no")
+    if cfg.policy.dtype == "bfloat16" and cfg.peft.method_type is not None and cfg.accelerator.mixed_precision == "no":
+        p.append("--policy.dtype=bfloat16 with --peft.method_type: the adapters train in float32 beside the bfloat16 base, "
+                 "which needs --accelerator.mixed_precision=bf16")
     mpp = fsdp.mixed_precision_policy
     for name in ("param_dtype", "reduce_dtype", "output_dtype"):
         if getattr(mpp, name) == "float16" and cfg.accelerator.mixed_precision != "fp16":

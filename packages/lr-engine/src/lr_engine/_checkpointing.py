@@ -70,6 +70,12 @@ def read_resume(cfg: TrainConfig) -> Resume:
             f"{cfg.optimizer.type}; resume with --optimizer.type={saved.optimizer.type}, or start a new run from its weights "
             f"with --policy.path={StepFiles(step_dir).pretrained}"
         )
+    if saved.policy.dtype != cfg.policy.dtype:
+        raise ConfigError(
+            f"--policy.dtype: {step_dir} holds {saved.policy.dtype} weights and optimizer state, which a resume continues as they "
+            f"are; resume with --policy.dtype={saved.policy.dtype}, or start a new run from its weights with "
+            f"--policy.path={StepFiles(step_dir).pretrained} --policy.dtype={cfg.policy.dtype}"
+        )
     return Resume(step_dir=step_dir, state=read_resume_state(step_dir), saved_config=saved)
 
 

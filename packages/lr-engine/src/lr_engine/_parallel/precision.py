@@ -9,6 +9,8 @@
   parameter's own dtype (fp32 for lr's fp32 master weights); before, in `param_dtype`.
   `effective_dtypes` says what a run computes, reduces and outputs in; every checkpoint's
   training_step.json records it.
+- `--policy.dtype=bfloat16` makes the weights themselves bfloat16 (lr_engine._policies.base);
+  autocast and FSDP2's policy above apply over them unchanged.
 - fp16 always builds a `GradScaler`; the inf/NaN decision is made on the global gradient
   norm (an all-reduce on sharded runs), so every rank skips the same steps.
 """
@@ -52,15 +54,18 @@ def reduce_follows_param_dtype(torch_version: str) -> bool:
 
 
 def effective_dtypes(cfg: TrainConfig, sharded: bool) -> dict[str, str]:
-    """What the run computes in (param_dtype), reduces gradients in (reduce_dtype) and outputs."""
-    if not sharded:  # fp32 weights and gradients; autocast computes and outputs in the precision's dtype
-        compute = _PRECISION.get(cfg.accelerator.mixed_precision, torch.float32)
-        return {"param_dtype": _name(compute), "reduce_dtype": "float32", "output_dtype": _name(compute)}
+    """What the run computes in (param_dtype), reduces gradients in (reduce_dtype) and outputs.
+    `--policy.dtype` is the weights' own dtype: gradients are reduced in it unless FSDP2's
+    policy says otherwise."""
+    weights = _DTYPES[cfg.policy.dtype]
+    if not sharded:  # gradients in the weights' dtype; autocast computes and outputs in the precision's dtype
+        compute = _PRECISION.get(cfg.accelerator.mixed_precision, weights)
+        return {"param_dtype": _name(compute), "reduce_dtype": _name(weights), "output_dtype": _name(compute)}
     policy = fsdp_mixed_precision(cfg) or MixedPrecisionPolicy()
-    param = policy.param_dtype or torch.float32
+    param = policy.param_dtype or weights
     reduce = policy.reduce_dtype
     if reduce is None:
-        reduce = param if reduce_follows_param_dtype(torch.__version__) else torch.float32
+        reduce = param if reduce_follows_param_dtype(torch.__version__) else weights
     return {"param_dtype": _name(param), "reduce_dtype": _name(reduce), "output_dtype": _name(policy.output_dtype or param)}
 
 

@@ -403,6 +403,7 @@ class ACTPolicy(Policy):
         info = {"l1_loss": l1.detach()}
         loss = l1
         if mu is not None and logvar is not None:
+            mu, logvar = mu.float(), logvar.float()  # the loss in float32, whatever the weights' dtype
             kld = (-0.5 * (1 + logvar - mu.pow(2) - logvar.exp())).sum(-1).mean()
             loss = l1 + self.cfg.kl_weight * kld
             info["kld_loss"] = kld.detach()
@@ -419,7 +420,7 @@ class ACTPolicy(Policy):
     @torch.no_grad()
     def select_action(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self._ensemble is not None:
-            return self._ensemble.update(self.predict_action_chunk(batch))
+            return self._ensemble.update(self.predict_action_chunk(self.cast_inputs(batch)).float())
         return super().select_action(batch)
 
 

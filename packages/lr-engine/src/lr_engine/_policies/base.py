@@ -8,12 +8,17 @@ A policy is an `nn.Module` built from its lr-config dataclass and the dataset's 
   `n_action_steps` calls; `reset()` clears it;
 - `_fsdp_wrap_modules`: class names of its repeated blocks (the FSDP units);
 - `_fsdp_forward_methods`: entry points besides forward that must work on a sharded model.
+
+`--policy.dtype=bfloat16` (`make_policy` casts the parameters and buffers): the batch's floating
+tensors are cast to the policy's dtype as they enter `forward` (a pre-hook, so under DDP, FSDP2
+and PEFT alike) and `select_action`; a policy's own code sees inputs in its parameters' dtype.
+The loss is taken in float32 (`masked_l1`) and `select_action` returns float32 actions. Autocast stays `--accelerator.mixed_precision`'s.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from lr_config import ConfigError, PolicyConfigBase
@@ -35,6 +40,15 @@ class Policy(nn.Module):
         self.action_key = "action"
         self.action_dim = int(config.output_features[self.action_key].shape[0])
         self._queue: deque[torch.Tensor] = deque()
+        self.param_dtype: torch.dtype = getattr(torch, config.dtype)
+        if self.param_dtype != torch.float32:
+            self.register_forward_pre_hook(_cast_batch_hook)
+
+    def cast_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`batch` with its floating tensors in the policy's dtype (the same dict when float32)."""
+        if self.param_dtype == torch.float32:
+            return batch
+        return {k: v.to(self.param_dtype) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in batch.items()}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # noqa: D401
         raise NotImplementedError
@@ -49,9 +63,16 @@ class Policy(nn.Module):
     def select_action(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One action `[B, action_dim]` per call; a new chunk every `n_action_steps` calls."""
         if not self._queue:
-            chunk = self.predict_action_chunk(batch)[:, : self.config.n_action_steps]
+            chunk = self.predict_action_chunk(self.cast_inputs(batch))[:, : self.config.n_action_steps].float()
             self._queue.extend(chunk.transpose(0, 1))
         return self._queue.popleft()
+
+
+def _cast_batch_hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    if args and isinstance(args[0], dict):
+        assert isinstance(module, Policy)
+        return (module.cast_inputs(args[0]), *args[1:])
+    return None
 
 
 def masked_l1(pred: torch.Tensor, target: torch.Tensor, is_pad: torch.Tensor | None) -> torch.Tensor:
@@ -62,7 +83,7 @@ def masked_l1(pred: torch.Tensor, target: torch.Tensor, is_pad: torch.Tensor | N
     gradients of N*B samples on one process, and accumulation over K micro-batches equals
     one K-times larger batch.
     """
-    err = (pred - target).abs()
+    err = (pred.float() - target.float()).abs()
     if is_pad is None:
         return err.mean()
     keep = (~is_pad).unsqueeze(-1).to(err.dtype)

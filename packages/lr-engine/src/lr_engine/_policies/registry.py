@@ -76,7 +76,11 @@ def plugin_policy(config_class: type[PolicyConfigBase]) -> type[Policy]:
 
 
 def make_policy(config: PolicyConfigBase) -> Policy:
-    return policy_class(config.type_name)(config)
+    """The policy `config` describes, fresh, in its --policy.dtype."""
+    policy = policy_class(config.type_name)(config)
+    if policy.param_dtype != torch.float32:
+        policy.to(policy.param_dtype)
+    return policy
 
 
 def save_pretrained(policy: nn.Module, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
