@@ -17,7 +17,10 @@ tools/bench/data_loading.py builds it; this project's uv.lock is not involved).
    (`load_pretrained`, `load_processors`) and computes them.
 
 Each way runs for two configurations: LeRobot's defaults (ResNet-18, backbone from scratch)
-and a small pre-norm one with GELU, no VAE and a ResNet-34.
+and a small pre-norm one with GELU, no VAE and a ResNet-34. A third, lr -> LeRobot only, is
+LeRobot's defaults with `--policy.dtype=bfloat16`: LeRobot loads the bfloat16 weights into its
+float32 ACT; its actions are compared with lr's for the same weights read in float32 (gated),
+and with lr's bfloat16 forward (printed, not gated: bfloat16 keeps 8 bits of mantissa).
 3. A checkpoint `lerobot-train` itself trained (LeRobot's defaults, backbone from scratch, 2 steps
    of batch 4 on LeRobot's own video dataset, packages/lr-engine/tests/data/lerobot_reference/):
    LeRobot and lr load its `pretrained_model/` and compute chunks for the same observations. Observations are 2 cameras of
@@ -54,7 +57,10 @@ CASES = {
         "use_vae": False, "dim_model": 64, "n_heads": 4, "dim_feedforward": 128, "n_encoder_layers": 2, "chunk_size": 20,
         "n_action_steps": 20,
     },
+    "lerobot-defaults-bfloat16-weights": {"pretrained_backbone_weights": None, "dtype": "bfloat16"},
 }
+LR_ONLY = {"dtype"}
+"""lr's settings LeRobot's ACTConfig has no field for: a case with one runs lr -> LeRobot only."""
 
 
 def observations(seed: int, n: int = 3) -> dict[str, np.ndarray]:
@@ -155,18 +161,26 @@ def lr_build(folder: Path, case: dict[str, object], obs: dict[str, np.ndarray], 
     return lr_actions(folder, obs)
 
 
-def lr_actions(folder: Path, obs: dict[str, np.ndarray]) -> np.ndarray:
+def lr_actions(folder: Path, obs: dict[str, np.ndarray], as_float32: bool = False) -> np.ndarray:
+    import shutil
+
     import torch
     from lr_engine._policies.registry import load_pretrained
     from lr_engine._processors import load_processors
 
+    if as_float32:  # the same weights, read by a float32 policy (its lr_policy.json says so)
+        copy = folder.with_name(folder.name + "-float32")
+        shutil.copytree(folder, copy, dirs_exist_ok=True)
+        mark = json.loads((copy / "lr_policy.json").read_text())
+        (copy / "lr_policy.json").write_text(json.dumps({**mark, "dtype": "float32"}))
+        folder = copy
     policy = load_pretrained(folder)
     pre, post = load_processors(folder)
     policy.eval()
     with torch.no_grad():
         batch = pre({k: torch.from_numpy(v) for k, v in obs.items()})
         chunk = policy.predict_action_chunk(batch)
-        out = post({"action": chunk})["action"]
+        out = post({"action": chunk.float()})["action"]
     return out.numpy()
 
 
@@ -243,6 +257,13 @@ def main() -> int:
             theirs = lerobot_side(python, script, "load", folder, obs_file, tmp / "a.npy", "{}", f"{name}: LeRobot could not load lr's folder")
             if theirs is None:
                 return 1
+            if LR_ONLY & set(case):
+                same_weights = lr_actions(folder, obs, as_float32=True)
+                diff = float(np.abs(same_weights - theirs).max())
+                print(f"lr -> LeRobot  {name}: actions {mine.shape}, max |difference| {diff:.2e} against lr reading the same "
+                      f"weights in float32; {float(np.abs(mine - theirs).max()):.2e} against lr's bfloat16 forward (not gated)")
+                worst = max(worst, diff)
+                continue
             diff = float(np.abs(mine - theirs).max())
             print(f"lr -> LeRobot  {name}: actions {mine.shape}, max |difference| {diff:.2e}")
             worst = max(worst, diff)

@@ -68,7 +68,7 @@ def test_select_action_pops_a_chunk_n_action_steps_at_a_time(cfg):
 @pytest.mark.parametrize("cfg", configs(), ids=["act", "mlp"])
 def test_a_bfloat16_policy_takes_float32_batches_and_gives_float32_losses_and_actions(tmp_path, cfg):
     """--policy.dtype=bfloat16: parameters and buffers are bfloat16; float32 inputs are cast as
-    they enter forward and select_action; the loss and the actions are float32; the saved
+    they enter forward, predict_action_chunk and select_action; the loss and the actions are float32; the saved
     weights are bfloat16 and load back into a bfloat16 policy."""
     import dataclasses
     import json
@@ -85,6 +85,7 @@ def test_a_bfloat16_policy_takes_float32_batches_and_gives_float32_losses_and_ac
     assert all(p.grad is not None and p.grad.dtype == torch.bfloat16 for p in policy.parameters())
     obs = {k: v for k, v in batch(cfg.chunk_size).items() if k.startswith("observation.")}
     policy.eval()
+    assert policy.predict_action_chunk(obs).dtype == torch.bfloat16  # float32 observations are cast on the way in
     action = policy.select_action(obs)
     assert action.dtype == torch.float32 and action.shape == (3, 2)
     save_pretrained(policy, tmp_path)

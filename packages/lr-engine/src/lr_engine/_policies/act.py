@@ -420,7 +420,7 @@ class ACTPolicy(Policy):
     @torch.no_grad()
     def select_action(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self._ensemble is not None:
-            return self._ensemble.update(self.predict_action_chunk(self.cast_inputs(batch)).float())
+            return self._ensemble.update(self.predict_action_chunk(batch).float())
         return super().select_action(batch)
 
 

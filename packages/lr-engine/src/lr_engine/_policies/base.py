@@ -11,13 +11,16 @@ A policy is an `nn.Module` built from its lr-config dataclass and the dataset's 
 
 `--policy.dtype=bfloat16` (`make_policy` casts the parameters and buffers): the batch's floating
 tensors are cast to the policy's dtype as they enter `forward` (a pre-hook, so under DDP, FSDP2
-and PEFT alike) and `select_action`; a policy's own code sees inputs in its parameters' dtype.
+and PEFT alike), `predict_action_chunk` and `select_action` (every subclass's own, wrapped as the
+class is defined); a policy's own code sees inputs in its parameters' dtype.
 The loss is taken in float32 (`masked_l1`) and `select_action` returns float32 actions. Autocast stays `--accelerator.mixed_precision`'s.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -31,6 +34,12 @@ class Policy(nn.Module):
     _fsdp_wrap_modules: ClassVar[list[str]] = []
     _fsdp_forward_methods: ClassVar[list[str]] = ["select_action", "predict_action_chunk"]
     _peft_target_modules: ClassVar[list[str]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in _BATCH_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, _casting(cls.__dict__[name]))
 
     def __init__(self, config: PolicyConfigBase) -> None:
         super().__init__()
@@ -63,9 +72,23 @@ class Policy(nn.Module):
     def select_action(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One action `[B, action_dim]` per call; a new chunk every `n_action_steps` calls."""
         if not self._queue:
-            chunk = self.predict_action_chunk(self.cast_inputs(batch))[:, : self.config.n_action_steps].float()
+            chunk = self.predict_action_chunk(batch)[:, : self.config.n_action_steps].float()
             self._queue.extend(chunk.transpose(0, 1))
         return self._queue.popleft()
+
+
+_BATCH_METHODS = ("predict_action_chunk", "select_action")
+"""Entry points besides forward that take a batch: a subclass's own are wrapped by `_casting`."""
+
+
+def _casting(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method(self, batch, ...)` with the batch cast to the policy's dtype first (a no-op in float32)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Policy, batch: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> Any:
+        return method(self, self.cast_inputs(batch), *args, **kwargs)
+
+    return wrapper
 
 
 def _cast_batch_hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
