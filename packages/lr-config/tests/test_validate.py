@@ -128,7 +128,7 @@ def test_policy_dtype_takes_float32_or_bfloat16_and_no_fp16_autocast_over_it(tmp
     assert line.startswith("--policy.dtype=bfloat16 with --accelerator.mixed_precision=fp16") and "bf16 or no" in line
     save_json(tmp_path / "config.json", policy_config_dict(ACTConfig()))
     lora = [f"--policy.path={tmp_path}", "--policy.dtype=bfloat16", "--peft.method_type=LORA"]
-    assert only_problem(lora).endswith("needs --accelerator.mixed_precision=bf16")
+    assert only_problem(lora).endswith("needs --accelerator.mixed_precision=bf16 (or --policy.dtype=float32)")
     assert problems([*lora, "--accelerator.mixed_precision=bf16"]) == []
 
 

@@ -228,7 +228,7 @@ def _accelerator_rules(cfg: TrainConfig) -> list[str]:
                  "computes in neither; use --accelerator.mixed_precision=bf16 or no")
     if cfg.policy.dtype == "bfloat16" and cfg.peft.method_type is not None and cfg.accelerator.mixed_precision == "no":
         p.append("--policy.dtype=bfloat16 with --peft.method_type: the adapters train in float32 beside the bfloat16 base, "
-                 "which needs --accelerator.mixed_precision=bf16")
+                 "which needs --accelerator.mixed_precision=bf16 (or --policy.dtype=float32)")
     mpp = fsdp.mixed_precision_policy
     for name in ("param_dtype", "reduce_dtype", "output_dtype"):
         if getattr(mpp, name) == "float16" and cfg.accelerator.mixed_precision != "fp16":
