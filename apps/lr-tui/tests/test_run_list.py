@@ -5,6 +5,8 @@ Run folders are written with lr-config's writers (`tui_support.make_run`); nothi
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import replace
 import socket
 from pathlib import Path
 
@@ -134,3 +136,21 @@ async def test_checkpoints_open_on_the_highlighted_run_and_enter_watches_it(tmp_
         await wait_until(pilot, lambda: monitor.run_dir == newer and len(monitor.records) == 2, what="the watched run")
         await pilot.press("3")
         await wait_until(pilot, lambda: ckpt.run_dir == newer and list(ckpt.checkpoints) == ["000030"], what="the watched run's checkpoints")
+
+
+def test_a_run_on_another_host_is_stale_once_its_run_json_has_been_silent_for_half_an_hour(tmp_path):
+    """Its pid cannot be checked from here; lr-engine rewrites run.json at every logged step."""
+    from datetime import datetime, timedelta, timezone
+
+    from lr_config import save_run_status
+
+    from lr_tui._run_info import summarize_run
+
+    now = datetime.now(timezone.utc)
+    for name, age in (("quiet", timedelta(minutes=42)), ("busy", timedelta(minutes=5))):
+        make_run(tmp_path / name, started=(now - timedelta(hours=2)).isoformat(timespec="seconds"), hostname="gpu-node-7")
+        status = load_run_status(tmp_path / name / RUN_STATUS)
+        save_run_status(tmp_path / name / RUN_STATUS, replace(status, updated=(now - age).isoformat(timespec="seconds")))
+    assert {i.name: i.status for i in RunFinder([tmp_path]).read()} == {"quiet": "stale", "busy": "running"}
+    assert re.fullmatch(r"stale \(no update for 42m0\ds on gpu-node-7\)", summarize_run(tmp_path / "quiet").state)
+    assert summarize_run(tmp_path / "busy").state == "running"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import socket
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from lr_config import ConfigError, MetricsRecord, RunStatus, load_run_status
@@ -20,7 +20,12 @@ from ._metrics_tail import last_record
 from ._procs import process
 from ._series import format_duration
 
-__all__ = ["RunSummary", "eta_seconds", "log_tail", "newest_log", "process_gone", "summarize_run"]
+__all__ = ["STALE_AFTER_S", "RunSummary", "eta_seconds", "log_tail", "newest_log", "process_gone", "silent_elsewhere", "stale_reason",
+           "summarize_run"]
+
+STALE_AFTER_S = 1800.0
+"""A running run on another host (whose pid cannot be checked from here) is stale once its
+run.json has not been updated for this long: lr-engine rewrites it at every logged step."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,32 @@ def process_gone(status: RunStatus) -> bool:
     return proc is None or not proc.alive
 
 
+def silent_elsewhere(status: RunStatus, now: datetime | None = None) -> float | None:
+    """Seconds since run.json was last updated, for a run that says running on another host and
+    has been silent for more than STALE_AFTER_S; None otherwise (or when `updated` is unreadable)."""
+    if status.status != "running" or status.hostname == socket.gethostname():
+        return None
+    try:
+        updated = datetime.fromisoformat(status.updated)
+    except ValueError:
+        return None
+    if updated.tzinfo is None:  # lr-engine writes UTC with its offset; a bare time is read as UTC
+        updated = updated.replace(tzinfo=timezone.utc)
+    silent = ((now or datetime.now(timezone.utc)) - updated).total_seconds()
+    return silent if silent > STALE_AFTER_S else None
+
+
+def stale_reason(status: RunStatus) -> str | None:
+    """Why a run that says running is not: its process is gone (this host), or it has been silent
+    on another host for longer than STALE_AFTER_S; None when it may well be running."""
+    if process_gone(status):
+        return "process gone"
+    silent = silent_elsewhere(status)
+    if silent is not None:
+        return f"no update for {format_duration(silent)} on {status.hostname or 'another host'}"
+    return None
+
+
 def summarize_run(output_dir: Path) -> RunSummary:
     path = Path(output_dir) / RUN_STATUS
     if not path.exists():
@@ -78,7 +109,8 @@ def summarize_run(output_dir: Path) -> RunSummary:
     except ConfigError as exc:
         return RunSummary(state="unreadable run.json", error=str(exc))
     eta = eta_seconds(status, last_record(Path(output_dir) / METRICS) if status.status == "running" else None)
-    state = "stale (process gone)" if process_gone(status) else status.status
+    reason = stale_reason(status)
+    state = f"stale ({reason})" if reason else status.status
     return RunSummary(
         state=state,
         step=status.step,

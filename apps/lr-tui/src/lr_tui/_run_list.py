@@ -8,7 +8,8 @@ session). For each it reads `run.json` (status, step, world size), `train_config
 (policy type, dp degrees; else the one of `checkpoints/last`) and the last record of `metrics.jsonl` (its end only), each again
 only when its mtime or size changed; a run that says "running" is "stale" when its pid is
 gone on this host (`_run_info`'s check, made every time: a process ends without touching a
-file). Newest first: by run.json's `started`, else the folder's mtime.
+file), or, on another host, when its run.json has not been updated for 30 minutes
+(`_run_info.STALE_AFTER_S`; lr-engine rewrites it at every logged step). Newest first: by run.json's `started`, else the folder's mtime.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from lr_config import ConfigError, RunStatus, TrainConfig, load_run_status, load
 from lr_config.layout import CHECKPOINTS, METRICS, RUN_STATUS, TRAIN_CONFIG, TRAIN_OUTPUTS, last_train_config
 
 from ._metrics_tail import last_record
-from ._run_info import process_gone
+from ._run_info import stale_reason
 from ._series import format_value
 
 __all__ = ["DEFAULT_RUN_ROOTS", "RUNS_ROOT", "RunFinder", "RunInfo", "layout_cell", "name_under"]
@@ -171,7 +172,7 @@ class RunFinder:
         loss = self._files.get(path / METRICS, _loss) or ""
         policy = cfg.policy.type_name if cfg is not None else ""
         if isinstance(status, RunStatus):
-            state: str = "stale" if process_gone(status) else status.status
+            state: str = "stale" if stale_reason(status) else status.status
             return RunInfo(path, name, state, status.step, status.steps, policy, layout_cell(cfg, status.world_size), loss, _started(status, path))
         state = "unreadable run.json" if isinstance(status, ConfigError) else "no run.json yet"
         return RunInfo(path, name, state, policy=policy, loss=loss, started=_started(None, path))
