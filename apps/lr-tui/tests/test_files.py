@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 import sys
 from dataclasses import replace
@@ -12,6 +13,7 @@ from tui_support import make_checkpoint, metrics_line, metrics_record, point_las
 
 from lr_config import RunStatus, to_dict
 from lr_tui import _cli_tasks as cli_tasks
+from lr_tui import _run_info as run_info
 from lr_tui._checkpoint_scan import checkpoint_details, scan_checkpoints
 from lr_tui._metrics_tail import JsonlTail, MetricsTail, last_record
 from lr_tui._run_info import eta_seconds, log_tail, summarize_run
@@ -66,7 +68,9 @@ def test_last_record_reads_the_end_and_skips_what_is_not_a_record(tmp_path):
     assert got is not None and got.step == 399
 
 
-def test_run_summary_eta_and_failure_log(tmp_path):
+def test_run_summary_eta_and_failure_log(tmp_path, monkeypatch):
+    # run.json says running on another host at a fixed time: not stale however long ago that is
+    monkeypatch.setattr(run_info, "STALE_AFTER_S", math.inf)
     assert summarize_run(tmp_path).state == "no run.json yet"
     write_run_status(tmp_path, step=200, steps=300)
     paced = replace(metrics_record(200), update_s=0.9, dataloading_s=0.1)  # 1 s per step

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import stat
@@ -13,6 +14,7 @@ from tui_support import app_ready, make_checkpoint, metrics_line, notices, point
 
 from lr_config import Topology
 from lr_tui import _cli_tasks as cli_tasks
+from lr_tui import _run_info as run_info
 from lr_tui._app import LrApp
 from lr_tui._cli_tasks import start_training
 from lr_tui._run_control import read_launch_record
@@ -31,7 +33,9 @@ def latest(monitor: MonitorView) -> dict[str, str]:
     return {str(row[0]): str(row[1]) for row in (table.get_row_at(i) for i in range(table.row_count))}
 
 
-async def test_appended_lines_update_the_monitor_and_a_partial_line_waits(tmp_path):
+async def test_appended_lines_update_the_monitor_and_a_partial_line_waits(tmp_path, monkeypatch):
+    # run.json says running on another host at a fixed time: not stale however long ago that is
+    monkeypatch.setattr(run_info, "STALE_AFTER_S", math.inf)
     write_metrics(tmp_path / "metrics.jsonl", [5, 10, 15])
     write_run_status(tmp_path, step=15, steps=300)
     app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
@@ -56,8 +60,9 @@ async def test_appended_lines_update_the_monitor_and_a_partial_line_waits(tmp_pa
         await wait_until(pilot, lambda: len(monitor.records) == 5, what="the completed line")
         assert latest(monitor)["loss"] == f"{monitor.records[-1].loss:.4g}"
         chart = monitor.query_one("#chart-loss", MetricChart)
-        assert chart.values == [r.loss for r in monitor.records]
-        assert "min" in str(chart.query_one(".chart-label").render())
+        [series] = chart.series
+        assert series.steps == [5, 10, 15, 20, 25] and series.values == [r.loss for r in monitor.records]
+        assert str(chart.query_one(".chart-label").render()) == f"loss {latest(monitor)['loss']} · log y · all steps"
 
 
 async def test_evaluations_in_the_metrics_are_shown_with_the_latest_values(tmp_path):
@@ -101,9 +106,10 @@ async def test_a_new_file_in_the_same_folder_starts_the_charts_over(tmp_path):
         write_metrics(tmp_path / "metrics.jsonl", [5, 10])
         await wait_until(pilot, lambda: len(monitor.records) == 2, what="the shrunk file")
         assert [r.step for r in monitor.records] == [5, 10]
+        assert monitor.query_one("#chart-lr", MetricChart).prepared.series[0].steps == [5, 10]
 
 
-async def test_sparklines_are_downsampled_to_their_width(tmp_path):
+async def test_charts_are_downsampled_to_their_width(tmp_path):
     write_metrics(tmp_path / "metrics.jsonl", list(range(1, 1001)))
     app = LrApp(tmp_path, plan_runner=None, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
@@ -111,8 +117,10 @@ async def test_sparklines_are_downsampled_to_their_width(tmp_path):
         monitor = app.monitor_view
         await wait_until(pilot, lambda: len(monitor.records) == 1000, what="1000 records")
         await pilot.pause()
-        spark = monitor.query_one("#chart-loss .chart-spark")
-        assert spark.data is not None and len(spark.data) == spark.size.width < 100
+        chart = monitor.query_one("#chart-loss", MetricChart)
+        [drawn] = chart.prepared.series
+        assert len(drawn.steps) == len(drawn.values) == chart.content_size.width < 100
+        assert drawn.steps[0] > 1 and drawn.steps[-1] < 1000  # each point the mean of a span
 
 
 async def test_a_failed_run_shows_its_error_and_the_tail_of_its_log(tmp_path):

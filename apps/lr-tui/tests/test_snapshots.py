@@ -1,7 +1,8 @@
 """Snapshots of each view at 100x30 (and Launch at 80x24, where the footer must fit, also with a
 focused field, and at 120x40 with a local video dataset chosen), the help and the resume screen, on the checked-in sample run; the Monitor's
-list of the runs found under `outputs/train` at 80x24 and 120x40 (run folders written in a
-temporary folder, with fixed times).
+list of the runs found under `outputs/train` at 80x24 and 120x40, and its charts comparing two
+runs at 80x24 and at 120x40 (with evaluations, zoomed) (run folders written in a temporary
+folder, with fixed times and metrics).
 
 The sample folder (`sample_run/`, made by `tui_support.build_sample_run`) is opened by a
 relative path from this folder, the plan comes from a fixed stand-in, and the launchers'
@@ -14,15 +15,32 @@ Update with `pytest apps/lr-tui/tests/test_snapshots.py --snapshot-update`.
 
 from __future__ import annotations
 
+import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tui_support import GONE_PID, FixedHardware, app_ready, make_run, sample_planner, tables_settled, wait_until, write_run_status
+from tui_support import (
+    GONE_PID,
+    FixedHardware,
+    app_ready,
+    charts_drawn,
+    evaluated,
+    make_run,
+    metrics_record,
+    sample_planner,
+    tables_settled,
+    wait_until,
+    write_records,
+    write_run_status,
+)
 
 from textual.widgets._footer import FooterKey
 
+from lr_config import MetricsRecord
 from lr_tui import _cli_tasks as cli_tasks
+from lr_tui import _run_info as run_info
 from lr_tui._app import LrApp
 from lr_tui._screens.resume import ResumeScreen
 from lr_tui._views.monitor import MonitorView
@@ -33,6 +51,8 @@ HERE = Path(__file__).parent
 @pytest.fixture(autouse=True)
 def _in_tests_folder(monkeypatch):
     monkeypatch.chdir(HERE)
+    # The runs here say running on another host with a fixed run.json time: not stale however long ago that is.
+    monkeypatch.setattr(run_info, "STALE_AFTER_S", math.inf)
     monkeypatch.setenv("LR_CACHE_DIR", "lr-cache")  # the demo's folder, as the dataset panel names it: not generated
     monkeypatch.setattr(cli_tasks, "resolve_executable", lambda name: f"/opt/lr/.venv/bin/{name}")
 
@@ -95,7 +115,7 @@ def test_launch_view_invalid_topology(snap_compare):
 def test_monitor_view(snap_compare):
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await app_ready(pilot)
-        await wait_until(pilot, lambda: len(pilot.app.monitor_view.records) == 40, what="the sample metrics")
+        await wait_until(pilot, lambda: len(pilot.app.monitor_view.records) == 40 and charts_drawn(pilot.app), what="the sample metrics")
         # The poll (every 50 ms here) stops, so no update lands between the settled tables and the snapshot.
         pilot.app.workers.cancel_group(pilot.app.monitor_view, "tail")
         await wait_until(pilot, lambda: all(w.is_finished for w in pilot.app.workers if w.group == "tail"), what="the poll to stop")
@@ -121,7 +141,7 @@ def test_resume_screen_marks_the_fields_its_refusal_asks_for(snap_compare):
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, ResumeScreen), what="the resume screen")
         pilot.app.screen.query_one("#resume-nproc-per-node").value = "3"  # the saved 1 x 2 does not fit
-        await pilot.pause()
+        await wait_until(pilot, lambda: charts_drawn(pilot.app), what="the charts behind")
         pilot.app.workers.cancel_group(pilot.app.monitor_view, "tail")  # nothing changes behind it
         await wait_until(pilot, lambda: all(w.is_finished for w in pilot.app.workers if w.group == "tail"), what="the poll to stop")
         await pilot.pause()
@@ -199,7 +219,7 @@ async def settled(pilot, monitor: MonitorView) -> None:  # type: ignore[no-untyp
     """Stop the polls, so no update lands between the settled tables and the snapshot."""
     pilot.app.workers.cancel_group(monitor, "tail")
     pilot.app.workers.cancel_group(monitor, "runs")
-    await wait_until(pilot, lambda: tables_settled(pilot.app), what="the tables' column widths")
+    await wait_until(pilot, lambda: tables_settled(pilot.app) and charts_drawn(pilot.app), what="the tables' column widths and the charts")
     await wait_until(pilot, lambda: all(w.is_finished for w in pilot.app.workers if w.group in ("tail", "runs")), what="the polls to stop")
     await pilot.pause()
 
@@ -225,3 +245,52 @@ def test_monitor_run_list_120x40_watching_one(snap_compare, tmp_path, monkeypatc
         await settled(pilot, monitor)
 
     assert snap_compare(found_runs(tmp_path), terminal_size=(120, 40), run_before=run_before)
+
+
+def slower(step: int, evaluate: bool) -> MetricsRecord:
+    """Another run's record: a slower loss, a higher grad norm, fewer samples/s; an evaluation
+    every 50 steps if `evaluate`."""
+    record = evaluated(step, min(0.9, step / 250)) if evaluate and step % 50 == 0 else metrics_record(step)
+    return replace(record, loss=2.2 * math.exp(-step / 110) + 0.2, grad_norm=record.grad_norm * 1.5, samples_per_s=record.samples_per_s * 0.8)
+
+
+def compared_runs(folder: Path, *, evaluate: bool) -> LrApp:
+    """Two runs under `folder`/outputs/train: `18-30-00_act` at step 200 (evaluations at 100 and
+    200 if `evaluate`) and an older `09-10-00_mlp` at step 150, slower (`slower`)."""
+    root = folder / "outputs" / "train" / "2026-03-04"
+    act = make_run(root / "18-30-00_act", started="2026-03-04T18:30:00+00:00", step=200, steps=300)
+    if evaluate:
+        write_records(act / "metrics.jsonl", [evaluated(s, s / 400) if s % 100 == 0 else metrics_record(s) for s in range(10, 201, 10)])
+    mlp = make_run(root / "09-10-00_mlp", started="2026-03-04T09:10:00+00:00", status="finished", step=150, steps=150, flags=("--policy.type=mlp",))
+    write_records(mlp / "metrics.jsonl", [slower(s, evaluate) for s in range(10, 151, 10)])
+    return LrApp(plan_runner=None, runs=[Path("outputs") / "train"], list_interval=0.05, poll_interval=0.05, hardware=FixedHardware())
+
+
+async def comparing(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Watch the newest run, mark the other for comparison (c) and wait for both runs' lines."""
+    await app_ready(pilot)
+    await pilot.press("2")
+    monitor = pilot.app.monitor_view
+    await wait_until(pilot, lambda: monitor.query_one("#runs").row_count == 2, what="the two runs")
+    await pilot.press("enter", "down", "c")
+    await wait_until(pilot, lambda: len(monitor.records) == 20 and len(monitor.compared_columns.get(monitor.compared_runs[0], ())) == 15,
+                     what="both runs' metrics")
+    await settled(pilot, monitor)
+
+
+def test_monitor_charts_80x24_comparing_two_runs(snap_compare, tmp_path, monkeypatch):
+    """Two runs overlaid, a legend above the charts; the loss on a log scale; two charts fit."""
+    monkeypatch.chdir(tmp_path)
+    assert snap_compare(compared_runs(tmp_path, evaluate=False), terminal_size=(80, 24), run_before=comparing)
+
+
+def test_monitor_charts_120x40_comparing_two_runs_with_evaluations_zoomed(snap_compare, tmp_path, monkeypatch):
+    """The same at 120x40 with evaluations (the success-rate chart under the others), the last 100 steps (z z)."""
+    monkeypatch.chdir(tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await comparing(pilot)
+        await pilot.press("z", "z")
+        await pilot.pause()
+
+    assert snap_compare(compared_runs(tmp_path, evaluate=True), terminal_size=(120, 40), run_before=run_before)

@@ -61,6 +61,24 @@ def write_metrics(path: Path, steps: list[int]) -> None:
     path.write_text("".join(metrics_line(s) for s in steps))
 
 
+def evaluated(step: int, success_rate: float) -> MetricsRecord:
+    """`metrics_record(step)` with an --eval_freq evaluation of 50 episodes."""
+    from dataclasses import replace
+
+    from lr_config import EvalAggregate
+
+    result = EvalAggregate(n_episodes=50, success_rate=success_rate, success_ci95_low=max(0.0, success_rate - 0.1),
+                           success_ci95_high=min(1.0, success_rate + 0.1), avg_sum_reward=-3.5, avg_length=40.0)
+    return replace(metrics_record(step), eval=result)
+
+
+def write_records(path: Path, records: list[MetricsRecord], *, append: bool = False) -> None:
+    """These records as metrics.jsonl lines (NaN and inf as Python's json writes them)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w") as f:
+        f.write("".join(json.dumps(to_dict(r)) + "\n" for r in records))
+
+
 def write_run_status(
     run_dir: Path,
     *,
@@ -248,6 +266,13 @@ def tables_settled(app) -> bool:  # type: ignore[no-untyped-def]
 def notices(app, severity: str | None = None) -> list[str]:  # type: ignore[no-untyped-def]
     """The messages of the app's notifications still shown (of one severity, if given)."""
     return [n.message for n in app._notifications if severity is None or n.severity == severity]
+
+
+def charts_drawn(app) -> bool:  # type: ignore[no-untyped-def]
+    """Every chart shown has its plot (mounted right after the first frame, `Deferred`)."""
+    from lr_tui._widgets.metric_chart import MetricChart
+
+    return all(chart.plot is not None and chart.plot.is_mounted for chart in app.screen.query(MetricChart) if chart.display)
 
 
 async def app_ready(pilot) -> None:  # type: ignore[no-untyped-def]

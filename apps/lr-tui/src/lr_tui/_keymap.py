@@ -34,6 +34,9 @@ MONITOR_BINDINGS: list[BindingType] = [
     Binding("x", "stop_run", "Stop", tooltip="stop: SIGINT, final checkpoint; x again: SIGTERM"),
     Binding("r", "resume_run", "Resume", tooltip="resume last: processes, dp, steps, ckpt format"),
     Binding("l", "show_log", "Log", tooltip="the run's combined log at its first error"),
+    Binding("c", "compare", "Compare", tooltip="compare: mark / unmark the highlighted run, 4 at most"),
+    Binding("z", "zoom", "Zoom", show=False, tooltip="the charts' steps: all, the last 1000, the last 100"),
+    Binding("y", "log_scale", "Log y", show=False, tooltip="the loss chart's y axis: log / linear"),
 ]
 
 LOG_BINDINGS: list[BindingType] = [
@@ -77,6 +80,7 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
     ("Monitor", [
         ("↑ ↓ / enter", "the runs found, newest first: move / watch one"),
         *_rows(MONITOR_BINDINGS),
+        ("tab, ↑ ↓", "to the charts, and scroll them"),
         ("tab or →", "in the open dialog: complete the folder name"),
         ("3", "the Checkpoints of the highlighted run"),
     ]),

@@ -5,18 +5,21 @@ too with `skip_blank=False`, as the log view needs to keep line numbers). It kee
 byte offset and the partial last line (the engine may be mid-write) for the next call, and
 starts over from byte 0 when the file shrinks or is replaced (a new run in the same folder),
 telling the caller so it can drop what it had. `MetricsTail` turns those lines into
-`MetricsRecord`s, strictly, keeping the problems of bad lines instead of raising.
+`MetricsRecord`s, strictly, keeping the problems of bad lines instead of raising;
+`MetricsTails` keeps one per run of a changing set (the runs marked for comparison).
 `last_record` reads only a file's end for its newest valid record (the run list's ETA).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lr_config import ConfigError, MetricsRecord, parse_metrics_line
+from lr_config.layout import METRICS
 
-__all__ = ["JsonlTail", "MetricsRead", "MetricsTail", "last_record"]
+__all__ = ["JsonlTail", "MetricsRead", "MetricsTail", "MetricsTails", "last_record"]
 
 
 class JsonlTail:
@@ -64,7 +67,6 @@ class MetricsRead:
     restarted: bool = False
 
 
-
 class MetricsTail:
     """`MetricsRecord`s appended to a metrics.jsonl since the last read."""
 
@@ -87,6 +89,29 @@ class MetricsTail:
 
     def _parse(self, line: bytes) -> MetricsRecord:
         return parse_metrics_line(line, f"{self.lines.path.name}:{self.line_number}")
+
+
+class MetricsTails:
+    """A `MetricsTail` per key (any hashable: the Monitor's is a run folder with the number of its marking)."""
+
+    def __init__(self) -> None:
+        self.tails: dict[Hashable, MetricsTail] = {}
+
+    def read(self, runs: Sequence[tuple[Hashable, Path]]) -> dict[Hashable, MetricsRead]:
+        """The `metrics.jsonl` of each (key, run folder) read since the last call: every key's
+        first read, and afterwards those with news. Keys no longer given are forgotten."""
+        reads: dict[Hashable, MetricsRead] = {}
+        for key, run_dir in runs:
+            tail = self.tails.get(key)
+            new = tail is None
+            if tail is None:
+                tail = self.tails[key] = MetricsTail(run_dir / METRICS)
+            read = tail.read()
+            if new or read.records or read.restarted or read.problems:
+                reads[key] = read
+        kept = {key for key, _ in runs}
+        self.tails = {key: tail for key, tail in self.tails.items() if key in kept}
+        return reads
 
 
 def last_record(path: Path, *, tail_bytes: int = 65536) -> MetricsRecord | None:

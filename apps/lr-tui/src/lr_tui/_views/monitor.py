@@ -14,10 +14,19 @@ watches that run; the Checkpoints view opens on the highlighted one (`selected_r
 
 A thread worker polls every `poll_interval` seconds: the watched run's `metrics.jsonl`
 (`MetricsTail`) and combined log (`LogWatch`: new lines and their events), and the state
-of every run of this session. The UI thread redraws the sparklines (loss, lr, grad_norm,
-samples_per_s, downsampled to their width), the latest values, the status line, the events
-(with what to do about each) and, for a failed run, the tail of its log; the new log lines
-go to the Logs view through `MonitorView.LogUpdate`.
+of every run of this session. The UI thread redraws the charts, the latest values, the status
+line, the events (with what to do about each) and, for a failed run, the tail of its log; the
+new log lines go to the Logs view through `MonitorView.LogUpdate`.
+
+The charts (`MetricChart`, textual-plotext line charts in a `ChartStack`) plot loss, the
+--eval_freq success rate (only once a charted run has an evaluation), lr, grad_norm and
+samples_per_s against the step: the watched run's line, then one per run marked for comparison
+(`c` on a row of the list, `●` before its name, 4 at most; `c` again unmarks it), each its own
+colour, named in the legend above the charts. The list's worker reads the marked runs'
+metrics.jsonl (`MetricsTails`, from the start at each marking) with the list, at once when one
+is marked. `y` switches the loss between a log (at first) and a linear y axis, `z` zooms all of
+them to the last 1000 steps, the last 100, and back to all; the titles say which, and how many
+points could not be drawn (NaN, inf, <= 0 on a log scale).
 
 Stop (x) asks first, then sends SIGINT (lr-engine stops at the next update, or the one
 after, and saves a final checkpoint) and SIGTERM after `stop_grace` seconds if anything
@@ -29,10 +38,11 @@ folder, unless a run has started there while the screen was open.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -47,11 +57,12 @@ from textual.worker import get_current_worker
 from lr_config import ConfigError, LaunchSpec, MetricsRecord
 from lr_config.layout import METRICS
 
+from .._chart_data import RunColumns, Series
 from .._checkpoint_scan import read_training_step
 from .._cli_tasks import start_training
 from .._events import Event
 from .._keymap import MONITOR_BINDINGS
-from .._metrics_tail import MetricsTail
+from .._metrics_tail import MetricsRead, MetricsTail, MetricsTails
 from .._procs import all_processes
 from .._resume_plan import last_checkpoint, output_dir_override
 from .._run_control import STOP_STAGES, send_stop
@@ -62,13 +73,20 @@ from .._screens.prompt import ChoicePrompt, DirectorySuggester, TextPrompt
 from .._screens.resume import ResumeScreen
 from .._series import format_value
 from .._widgets.events_panel import EventsPanel
-from .._widgets.metric_chart import MetricChart
+from .._widgets.metric_chart import ChartStack, MetricChart, legend
 from .._widgets.table import Table
 from .._widgets.text_panel import TextPanel
 
 __all__ = ["MonitorView"]
 
 CHARTS = ("loss", "lr", "grad_norm", "samples_per_s")
+LOG_CHARTS = ("loss",)
+"""The charts whose y axis `y` toggles between log (at first) and linear."""
+EVAL_CHART = "eval"
+"""The chart of the --eval_freq success rates (under the loss), shown when a charted run has one."""
+ZOOMS: tuple[int | None, ...] = (None, 1000, 100)
+"""What `z` steps through: every step, then the last 1000, the last 100."""
+MAX_COMPARED = 4
 
 
 def eval_rows(records: list[MetricsRecord]) -> list[tuple[str, str]]:
@@ -92,8 +110,17 @@ QUIET_STATES = ("running", "finished", "stopped", "no run.json yet")
 NO_RUN = "no run watched: enter watches the highlighted run, o opens a folder"
 RUN_COLUMNS = ("run", "status", "step", "policy", "layout", "loss")
 """80 columns wide; the watched run's processes are on the status line."""
+COMPARE_MARK = "● "
+"""Before the name of a run marked for comparison."""
 
 LaunchSpecSource = Callable[[], LaunchSpec | None]
+
+
+def run_labels(paths: Sequence[Path], listed: dict[Path, str]) -> list[str]:
+    """The charts' legend: each run's folder name, or where two share one, their names in the
+    run list (else their paths)."""
+    short = [path.name or str(path) for path in paths]
+    return [name if short.count(name) == 1 else listed.get(path, str(path)) for name, path in zip(short, paths)]
 
 
 @dataclass
@@ -160,6 +187,17 @@ class MonitorView(Vertical):
         self.summary: RunSummary | None = None
         self.polls = 0
         self._latest_rows: list[tuple[str, str]] = []  # what the "latest" table shows
+        self.compared: tuple[tuple[Path, int], ...] = ()
+        """The runs marked for comparison (`c`), in order, each with the number of its marking:
+        the list worker reads each marking's metrics from the start."""
+        self.columns = RunColumns(CHARTS)
+        """The watched run's metrics, for the charts."""
+        self.compared_columns: dict[Path, RunColumns] = {}
+        self._markings = itertools.count()
+        self.log_scale = True
+        """The loss chart's y axis (`y`)."""
+        self.zoom = 0
+        """Which of `ZOOMS` the charts show (`z`)."""
 
     @property
     def process(self) -> subprocess.Popen[bytes] | None:
@@ -172,9 +210,12 @@ class MonitorView(Vertical):
         yield runs
         yield Static(NO_RUN, id="run-status", markup=False)
         with Horizontal(id="monitor-body"):
-            with Vertical(id="charts"):
-                for metric in CHARTS:
-                    yield MetricChart(metric)
+            with Vertical(id="charts-box"):
+                yield Static(id="chart-legend")
+                with ChartStack(id="charts"):
+                    charts = [MetricChart(metric, log_toggle=metric in LOG_CHARTS) for metric in CHARTS]
+                    charts.insert(1, MetricChart(EVAL_CHART, name="eval success", percent=True))  # under the loss
+                    yield from charts
             table: DataTable[str] = Table(id="latest", cursor_type="none", zebra_stripes=True)
             table.border_title = "latest"
             yield table
@@ -186,6 +227,7 @@ class MonitorView(Vertical):
         self.query_one("#runs", DataTable).add_columns(*RUN_COLUMNS)
         self.query_one("#events", EventsPanel).show([])
         self._fill_runs()
+        self._draw_charts()
         if self.run_dir is not None:
             self.open_run(self.run_dir, self.process)
         self._list_runs()
@@ -205,6 +247,7 @@ class MonitorView(Vertical):
             return
         self._add_run_row(run_dir)
         self.records, self.problems, self.events, self.summary, self.polls = [], [], [], None, 0
+        self.columns = RunColumns(CHARTS)
         self._redraw()
         self.query_one("#events", EventsPanel).show([])
         self.post_message(self.RunSelected(run_dir))
@@ -243,27 +286,40 @@ class MonitorView(Vertical):
 
     @work(thread=True, exclusive=True, group="runs")
     def _list_runs(self) -> None:
-        """Every `list_interval` seconds (or at once when a run is opened): the run list."""
+        """Every `list_interval` seconds (or at once when a run is opened or marked): the run
+        list, and the new metrics of the runs marked for comparison."""
         worker = get_current_worker()
         finder = RunFinder(self.run_roots)
+        tails = MetricsTails()
         last: list[RunInfo] | None = None
         while not worker.is_cancelled:
             self._list_wake.clear()
             found = finder.read(self.run_dirs)
-            if found != last:
+            reads = tails.read([(marking, marking[0]) for marking in self.compared])
+            if found != last or reads:
                 last = found
                 try:
-                    self.app.call_from_thread(self._apply_list, found)
+                    self.app.call_from_thread(self._apply_list, found, reads)
                 except RuntimeError:  # the app is shutting down
                     return
             self._list_wake.wait(self.list_interval)
 
-    def _apply_list(self, found: list[RunInfo]) -> None:
+    def _apply_list(self, found: list[RunInfo], reads: dict[Hashable, MetricsRead] | None = None) -> None:
         if not self.query("#runs"):  # the app is closing
             return
         self.found = found
         self.list_reads += 1
         self._fill_runs()
+        reads = reads or {}
+        for marking in self.compared:  # a marking gone is a run unmarked since
+            read = reads.get(marking)
+            if read is not None:
+                path = marking[0]
+                if read.restarted or path not in self.compared_columns:
+                    self.compared_columns[path] = RunColumns(CHARTS)
+                self.compared_columns[path].extend(read.records)
+        if reads:
+            self._draw_charts()
 
     @work(thread=True, exclusive=True, group="tail")
     def _watch(self, run_dir: Path) -> None:
@@ -303,7 +359,9 @@ class MonitorView(Vertical):
         if update.restarted:
             self.records = []
             self.problems = []
+            self.columns = RunColumns(CHARTS)
         self.records.extend(update.records)
+        self.columns.extend(update.records)
         self.problems = (self.problems + update.problems)[-5:]
         self.states = update.states
         for path, state in update.states.items():
@@ -330,7 +388,8 @@ class MonitorView(Vertical):
             info = found.get(path) or RunInfo(path, name_under(path, self.run_roots))
             state = self.states.get(path)
             status, step = (state.status_cell, state.step_cell) if state is not None else (info.status, info.step_cell)
-            rows[str(path)] = (info.name, status, step, info.policy, info.layout, info.loss)
+            name = f"{COMPARE_MARK}{info.name}" if path in self.compared_runs else info.name
+            rows[str(path)] = (name, status, step, info.policy, info.layout, info.loss)
         return rows
 
     def _fill_runs(self) -> None:
@@ -353,11 +412,43 @@ class MonitorView(Vertical):
             table.move_cursor(row=table.get_row_index(str(selected)), animate=False)
 
     def _redraw(self, log: tuple[Path, str] | None = None) -> None:
-        for metric in CHARTS:
-            self.query_one(f"#chart-{metric}", MetricChart).set_values([getattr(r, metric) for r in self.records])
+        self._draw_charts()
         self._fill_table()
         self.query_one("#run-status", Static).update(self._status_line())
         self._show_failure(log)
+
+    def charted_runs(self) -> list[tuple[Path, RunColumns]]:
+        """The runs the charts draw, in the order of their colours: the watched run, then the
+        marked ones (the watched run once, if it is marked too)."""
+        runs = [(self.run_dir, self.columns)] if self.run_dir is not None else []
+        runs += [(path, self.compared_columns.get(path) or RunColumns(CHARTS)) for path in self.compared_runs if path != self.run_dir]
+        return runs
+
+    def _draw_charts(self) -> None:
+        runs = self.charted_runs()
+        names = run_labels([path for path, _ in runs], self._list_names())
+        last_steps = ZOOMS[self.zoom]
+        for metric in CHARTS:
+            series = [columns.series(name, metric) for name, (_, columns) in zip(names, runs)]
+            latest = format_value(getattr(self.records[-1], metric)) if self.run_dir is not None and self.records else ""
+            log_scale = self.log_scale and metric in LOG_CHARTS
+            self.query_one(f"#chart-{metric}", MetricChart).show(series, log_scale=log_scale, last_steps=last_steps, latest=latest)
+        self._draw_eval_chart([columns.eval_series(name) for name, (_, columns) in zip(names, runs)], last_steps)
+        legend_box = self.query_one("#chart-legend", Static)
+        legend_box.display = bool(self.compared)
+        legend_box.update(legend(names))
+
+    def _draw_eval_chart(self, series: list[Series], last_steps: int | None) -> None:
+        chart = self.query_one(f"#chart-{EVAL_CHART}", MetricChart)
+        shown = any(s.steps for s in series)
+        if chart.display != shown:
+            chart.display = shown
+            self.query_one("#charts", ChartStack).fit()
+        watched = series[0].values if series and self.run_dir is not None else []
+        chart.show(series, last_steps=last_steps, latest=f"{100 * watched[-1]:.1f}%" if watched else "")
+
+    def _list_names(self) -> dict[Path, str]:
+        return {info.path: info.name for info in self.found}
 
     def _status_line(self) -> str:
         if self.run_dir is None:
@@ -513,6 +604,37 @@ class MonitorView(Vertical):
 
     def action_show_log(self) -> None:
         self.post_message(self.ShowLog())
+
+    @property
+    def compared_runs(self) -> list[Path]:
+        """The runs marked for comparison, in the order they were marked."""
+        return [path for path, _ in self.compared]
+
+    def action_compare(self) -> None:
+        """Mark the highlighted run for comparison, or unmark it."""
+        path = self.selected_run
+        if path is None:
+            self.notify("No run to compare: the run list is empty.", severity="warning")
+            return
+        if path in self.compared_runs:
+            self.compared = tuple(m for m in self.compared if m[0] != path)
+            self.compared_columns.pop(path, None)
+        elif len(self.compared) >= MAX_COMPARED:
+            self.notify(f"Compare {MAX_COMPARED} runs at most: unmark one first (c on its row).", severity="warning")
+            return
+        else:
+            self.compared = (*self.compared, (path, next(self._markings)))
+            self._list_wake.set()  # its metrics now
+        self._fill_runs()
+        self._draw_charts()
+
+    def action_zoom(self) -> None:
+        self.zoom = (self.zoom + 1) % len(ZOOMS)
+        self._draw_charts()
+
+    def action_log_scale(self) -> None:
+        self.log_scale = not self.log_scale
+        self._draw_charts()
 
     def focus_main(self) -> None:
         self.query_one("#runs").focus()
