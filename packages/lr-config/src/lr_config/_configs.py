@@ -61,7 +61,7 @@ __all__ = [
 TRAIN_CONFIG_VERSION = 5
 """train_config.json's version: 2 added `scheduler.decay_steps` and the dataset's `revision`, `video_backend`,
 `tolerance_s` and `image_transforms`; 3 added `eval_freq`, `eval` and `env`; 4 made `act` LeRobot's ACT and added
-`policy.pretrained_revision` (older files are upgraded on load; an older ACT is refused by name)."""
+`policy.pretrained_revision`; 5 added `policy.dtype` (older files are upgraded on load; an older ACT is refused by name)."""
 DEMO_REPO_ID = "lr/demo_reach2d"
 CHECKPOINT_FORMATS = ("safetensors", "dcp", "safetensors_dcp")
 
