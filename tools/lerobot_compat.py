@@ -165,14 +165,15 @@ def lr_actions(folder: Path, obs: dict[str, np.ndarray], as_float32: bool = Fals
     import shutil
 
     import torch
+    from lr_config.layout import LR_POLICY
     from lr_engine._policies.registry import load_pretrained
     from lr_engine._processors import load_processors
 
     if as_float32:  # the same weights, read by a float32 policy (its lr_policy.json says so)
         copy = folder.with_name(folder.name + "-float32")
         shutil.copytree(folder, copy, dirs_exist_ok=True)
-        mark = json.loads((copy / "lr_policy.json").read_text())
-        (copy / "lr_policy.json").write_text(json.dumps({**mark, "dtype": "float32"}))
+        mark = json.loads((copy / LR_POLICY).read_text())
+        (copy / LR_POLICY).write_text(json.dumps({**mark, "dtype": "float32"}))
         folder = copy
     policy = load_pretrained(folder)
     pre, post = load_processors(folder)
