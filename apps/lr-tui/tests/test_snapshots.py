@@ -207,11 +207,12 @@ def found_runs(folder: Path) -> LrApp:
     return LrApp(plan_runner=None, runs=[Path("outputs") / "train"], list_interval=0.05, poll_interval=0.05, hardware=FixedHardware())
 
 
-async def runs_listed(pilot) -> MonitorView:  # type: ignore[no-untyped-def]
+async def runs_listed(pilot, count: int = 4) -> MonitorView:  # type: ignore[no-untyped-def]
+    """The Monitor, once its list shows the `count` runs written."""
     await app_ready(pilot)
     await pilot.press("2")
     monitor = pilot.app.monitor_view
-    await wait_until(pilot, lambda: monitor.query_one("#runs").row_count == 4, what="the four runs")
+    await wait_until(pilot, lambda: monitor.query_one("#runs").row_count == count, what=f"the {count} runs")
     return monitor
 
 
@@ -268,10 +269,7 @@ def compared_runs(folder: Path, *, evaluate: bool) -> LrApp:
 
 async def comparing(pilot) -> None:  # type: ignore[no-untyped-def]
     """Watch the newest run, mark the other for comparison (c) and wait for both runs' lines."""
-    await app_ready(pilot)
-    await pilot.press("2")
-    monitor = pilot.app.monitor_view
-    await wait_until(pilot, lambda: monitor.query_one("#runs").row_count == 2, what="the two runs")
+    monitor = await runs_listed(pilot, 2)
     await pilot.press("enter", "down", "c")
     await wait_until(pilot, lambda: len(monitor.records) == 20 and len(monitor.compared_columns.get(monitor.compared_runs[0], ())) == 15,
                      what="both runs' metrics")
