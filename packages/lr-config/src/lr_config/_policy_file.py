@@ -88,8 +88,7 @@ def save_policy_config(directory: Path, config: PolicyConfigBase) -> None:
 
 def lr_policy_dict(config: PolicyConfigBase) -> dict[str, Any]:
     """What `lr_policy.json` holds for `config`: lr's version, the type and lr's own policy settings."""
-    own = to_dict(config)
-    return {"version": POLICY_CONFIG_VERSION, "type": config.type_name, **{key: own[key] for key in LR_POLICY_FIELDS}}
+    return {"version": POLICY_CONFIG_VERSION, "type": config.type_name, **{key: getattr(config, key) for key in LR_POLICY_FIELDS}}
 
 
 def load_policy_config(directory: Path) -> PolicyConfigBase:
