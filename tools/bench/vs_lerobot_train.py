@@ -119,6 +119,8 @@ def measure(args: Any, tmp: Path) -> dict[tuple[str, str], list[tuple[float, flo
         from data_loading import lerobot_python
 
         python = lerobot_python()
+        C.compile_bytecode(python)
+    C.compile_bytecode()
     sides = ["lr"] + (["lerobot"] if python is not None else [])
     layouts = {"single": 1} if args.smoke else LAYOUTS
     samples: dict[tuple[str, str], list[tuple[float, float]]] = {(s, l): [] for s in sides for l in layouts}

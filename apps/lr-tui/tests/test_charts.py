@@ -222,3 +222,32 @@ async def test_a_fifth_run_is_not_marked(tmp_path):
         await pilot.press("c", "down", "c", "down", "c", "down", "c", "down", "c")
         assert len(monitor.compared) == 4 and tmp_path / "runs" / "run_4" not in monitor.compared_runs
         assert notices(pilot.app, "warning") == ["Compare 4 runs at most: unmark one first (c on its row)."]
+
+
+@pytest.mark.asyncio
+async def test_quitting_before_a_deferred_widget_is_built_builds_nothing_and_raises_nothing():
+    """`q` pressed as the app opens: the placeholders' callbacks run while the app tears down."""
+    from textual.app import App, ComposeResult
+    from textual.containers import Vertical
+    from textual.widgets import Static
+
+    from lr_tui._widgets.deferred import Deferred
+
+    built: list[str] = []
+
+    def build() -> Static:
+        built.append("built")
+        return Static("late")
+
+    class Quits(App[None]):
+        def compose(self) -> ComposeResult:
+            with Vertical():
+                yield Deferred(build)
+
+        def on_mount(self) -> None:
+            self.exit()
+
+    app = Quits()
+    async with app.run_test() as pilot:
+        await pilot.pause()
+    assert app.return_code == 0 and built == []

@@ -31,6 +31,9 @@ class Deferred(Widget):
 
     async def _replace(self) -> None:
         parent = self.parent
-        if isinstance(parent, Widget):
-            await parent.mount(self._build(), after=self)
+        # the placeholder or its parent may be gone by the time the frame is drawn (a chart
+        # replaced, the app quitting): then nothing is built, where mounting would raise
+        if not (isinstance(parent, Widget) and parent.is_attached and self.is_attached):
+            return
+        await parent.mount(self._build(), after=self)
         await self.remove()
