@@ -198,6 +198,16 @@ def test_a_lerobot_checkpoint_on_the_hub_fine_tunes_under_ddp(tmp_path: Path, de
     assert "--policy.path=someone/act_demo: the Hub model is in " in proc.stdout and "DDP" in proc.stdout
     saved = json.loads((out / "train_config.json").read_text())["policy"]["path"]
     assert Path(saved).is_dir() and (Path(saved) / "config.json").is_file()  # the downloaded snapshot it started from
+    # the guide's PEFT base, `--policy.path=<user>/my_base_policy`: LoRA adapters onto the Hub model
+    lora = tmp_path / "lora"
+    proc = run_cli(["lr_engine.cli", "train", "--policy.path=someone/act_demo", f"--dataset.root={demo_dataset}", f"--output_dir={lora}",
+                    *FINE_TUNE, "--peft.method_type=LORA", "--peft.r=4"], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    adapters = lora / "pretrained_model"
+    recorded = json.loads((adapters / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert Path(recorded) == Path(saved) and (adapters / "adapter_model.safetensors").is_file()
+    assert not (adapters / "model.safetensors").exists()
+    assert all(".lora_" in name for name in load_file(adapters / "adapter_model.safetensors"))
     # a revision that does not exist is refused by name, before anything is written
     bad = tmp_path / "bad"
     proc = run_cli(["lr_engine.cli", "train", "--policy.path=someone/act_demo", "--policy.pretrained_revision=nope",

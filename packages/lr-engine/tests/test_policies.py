@@ -47,6 +47,35 @@ def test_forward_gives_a_finite_loss_and_gradients(cfg):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in policy.parameters() if p.requires_grad)
 
 
+@pytest.mark.parametrize("pre_norm", [False, True], ids=["post-norm", "pre-norm"])
+def test_the_cvae_encoder_computing_its_class_token_alone_gives_the_full_encoders_output_and_gradients(pre_norm):
+    """`first_only`: the last layer computes one row; the output and every gradient equal the
+    full computation's (dropout off: which elements a dropout draws is the only difference)."""
+    from lr_engine._policies.act import ACTEncoder
+
+    cfg = ACTConfig(input_features=INPUTS, output_features=OUTPUTS, dim_model=32, n_heads=2, dim_feedforward=64, pre_norm=pre_norm)
+    torch.manual_seed(0)
+    encoder = ACTEncoder(cfg, n_layers=3).eval()
+    x, pos, weight = torch.randn(4, 12, 32), torch.randn(1, 12, 32), torch.randn(4, 32)
+    mask = torch.zeros(4, 12, dtype=torch.bool)
+    mask[1, -3:] = True
+    results = []
+    for first_only in (False, True):
+        encoder.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        out = encoder(xi, pos, key_padding_mask=mask, first_only=first_only)
+        assert out.shape == ((4, 1, 32) if first_only else (4, 12, 32))
+        (out[:, 0] * weight).sum().backward()
+        assert xi.grad is not None
+        results.append((out[:, 0].detach(), xi.grad, [p.grad.clone() for p in encoder.parameters() if p.grad is not None]))
+    (full, full_x, full_p), (one, one_x, one_p) = results
+    torch.testing.assert_close(one, full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(one_x, full_x, rtol=1e-5, atol=1e-6)
+    assert len(one_p) == len(full_p) == len([p for p in encoder.parameters() if p.requires_grad])
+    for a, b in zip(one_p, full_p):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("cfg", configs(), ids=["act", "mlp"])
 def test_select_action_pops_a_chunk_n_action_steps_at_a_time(cfg):
     torch.manual_seed(0)

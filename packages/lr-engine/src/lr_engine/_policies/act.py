@@ -193,12 +193,16 @@ class ACTEncoderLayer(nn.Module):
         self.activation = _ACTIVATIONS[cfg.feedforward_activation]
         self.pre_norm = cfg.pre_norm
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        skip = x
+    def forward(self, x: torch.Tensor, pos: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
+                rows: int | None = None) -> torch.Tensor:
+        """`rows`: compute the outputs of the first `rows` tokens only (every token still serves
+        as a key and value); each output row depends only on its own query row, so they equal
+        the first rows of the full output."""
+        skip = x if rows is None else x[:, :rows]
         if self.pre_norm:
             x = self.norm1(x)
         qk = _with(x, pos)
-        x = skip + self.dropout1(self.self_attn(qk, qk, x, key_padding_mask=key_padding_mask))
+        x = skip + self.dropout1(self.self_attn(qk if rows is None else qk[:, :rows], qk, x, key_padding_mask=key_padding_mask))
         if self.pre_norm:
             skip, x = x, self.norm2(x)
         else:
@@ -213,9 +217,15 @@ class ACTEncoder(nn.Module):
         self.layers = nn.ModuleList([ACTEncoderLayer(cfg) for _ in range(n_layers)])
         self.norm: nn.Module = nn.LayerNorm(cfg.dim_model) if cfg.pre_norm else nn.Identity()
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x, pos, key_padding_mask)
+    def forward(self, x: torch.Tensor, pos: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
+                first_only: bool = False) -> torch.Tensor:
+        """[B, S, D] -> [B, S, D], or [B, 1, D] (the first token's output) when `first_only`:
+        then the last layer computes that row alone. The CVAE encoder reads only its class
+        token, and its last layer's other rows (their attention outputs and feed-forward, 101
+        of 102 rows with LeRobot's defaults) would be thrown away."""
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x, pos, key_padding_mask, rows=1 if first_only and i == last else None)
         out: torch.Tensor = self.norm(x)
         return out
 
@@ -355,7 +365,7 @@ class ACT(nn.Module):
                 pad = torch.zeros(bsz, cfg.chunk_size, dtype=torch.bool, device=device)
             head = torch.zeros(bsz, x.shape[1] - pad.shape[1], dtype=torch.bool, device=device)
             pos_enc: torch.Tensor = self.vae_encoder_pos_enc  # type: ignore[assignment]
-            cls_out = self.vae_encoder(x, pos_enc.to(x.dtype), key_padding_mask=torch.cat([head, pad], dim=1))[:, 0]
+            cls_out = self.vae_encoder(x, pos_enc.to(x.dtype), key_padding_mask=torch.cat([head, pad], dim=1), first_only=True)[:, 0]
             mu, logvar = self.vae_encoder_latent_output_proj(cls_out).split(cfg.latent_dim, dim=-1)
             latent = mu + (logvar / 2).exp() * torch.randn_like(mu)
         else:
