@@ -168,8 +168,10 @@ def test_resume_onto_another_topology_continues_the_loss(sources: dict[str, Path
     assert losses(moved) == pytest.approx(losses(base)[4:], rel=1e-5)
     assert grad_norms(moved) == pytest.approx(grad_norms(base)[4:], rel=1e-5)
     (ma, _), (mb, _) = final_state(base), final_state(moved)
+    # the layouts reduce gradients in another order; where an element's gradient is near zero, Adam
+    # turns that rounding into a visible part of an update (at most --optimizer.lr, 1e-3, per step)
     for key in ma:
-        torch.testing.assert_close(mb[key], ma[key], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(mb[key], ma[key], rtol=1e-4, atol=1e-4)
     # more processes than saved the checkpoint: the new ranks' RNG starts fresh, and the main rank says so once
     saved, now = LAYOUTS[source if source != "fsdp-dcp" else "fsdp"][0], LAYOUTS[target][0]
     warnings = [line for line in PRINTED[moved].splitlines() if "RNG state" in line]

@@ -2,7 +2,7 @@
 
 Both build the same policy (`lr_engine.make_policy`, same seed and config), read
 the same demo dataset through the same normalizer, with the same batch size, the same
-AdamW settings (the engine's `make_optimizer` hyper-parameters, foreach) and the same
+AdamW settings (the engine's `make_optimizer` hyper-parameters, fused) and the same
 global-norm clipping, on the same layout (single, DDP, or FSDP2 with the policy's
 ACTEncoderLayer/ACTDecoderLayer units then the root). The bare loop has no metrics, no
 logging, no schedule and no checkpoints. Both are timed in windows of `log_freq` loop
@@ -220,7 +220,7 @@ class BareLoop:
         self.model = _bare_model(cfg, ctx, policy)
         opt = cfg.optimizer
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay, foreach=True)
+        self.optimizer = torch.optim.AdamW(self.params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay, fused=True)
         loader, self.pre = _bare_loader(cfg, ctx)
         self.batches = _batches(loader, ctx.device)
         bf16 = cfg.accelerator.mixed_precision == "bf16" and layout != "fsdp2"

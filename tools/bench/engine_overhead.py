@@ -99,7 +99,7 @@ def _section(args: argparse.Namespace, rows: list[dict]) -> str:
         "apart. An engine window's time is read from its `metrics.jsonl` (`(update_s + dataloading_s) x steps`, the "
         "slowest rank) minus the bare steps inside it; the bare loop's time for that window is the sum of those bare "
         "steps. The bare loop is hand-written: the same policy, seed, dataset, normalizer, batch, AdamW hyper-parameters "
-        "(foreach) and global-norm clipping at 10.0, the same FSDP2 units, with its own DataLoader; no metrics, "
+        "(fused) and global-norm clipping at 10.0, the same FSDP2 units, with its own DataLoader; no metrics, "
         "logging, LR schedule or checkpoints. The engine's windows follow each other without a gap, so each includes "
         "the previous log step's cost (one small all-gather, one JSON line, one print and a `run.json` update per "
         "window) and, every update, the non-blocking exchange of the stop flag.",
