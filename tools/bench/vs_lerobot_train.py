@@ -22,7 +22,9 @@ same clock for both tools, whatever each reports about itself). The sides altern
 repeat (order reversed on odd repeats); ratios are per repeat, then the median.
 
 LeRobot runs in its own environment (Python 3.12 and its torch, built once under the bench
-cache with uv; see data_loading.py's `lerobot_python`). `--smoke` runs lr alone at a tiny size.
+cache with uv; see data_loading.py's `lerobot_python`). Both environments' bytecode is compiled
+before the first run (`_common.compile_bytecode`), as a user's first run leaves it. `--smoke` runs
+lr alone at a tiny size.
 """
 
 from __future__ import annotations
