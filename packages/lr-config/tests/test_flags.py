@@ -591,6 +591,25 @@ def test_dot_inside_the_checkpoints_folder_means_last(tmp_path: Path, monkeypatc
         assert cfg.steps == 40 and cfg.output_dir == run
 
 
+def test_the_optimizer_note_says_how_lrs_optimizer_differs_from_lerobot_trains_preset() -> None:
+    from lr_config import lerobot_optimizer_note
+
+    def note(*flags: str) -> str | None:
+        return lerobot_optimizer_note(parse_train_config(list(flags)))
+
+    assert note() is None and note("--policy.type=mlp") is None  # lr's demo preset; a policy without a preset
+    assert note("--policy.type=act") == (
+        "optimizer: adamw lr 0.001, weight decay 0.0001, cosine after 20 warmup steps; lerobot-train's preset for act is adamw lr "
+        "1e-05, weight decay 0.0001, constant: --optimizer.lr=1e-05 --scheduler.type=constant --scheduler.warmup_steps=0 trains as it does")
+    lerobots = ["--policy.type=act", "--optimizer.lr=1e-5", "--scheduler.type=constant", "--scheduler.warmup_steps=0"]
+    assert note(*lerobots) is None
+    assert note(*lerobots, "--optimizer.type=sgd").endswith(": --optimizer.type=adamw trains as it does")  # type: ignore[union-attr]
+    assert note(*lerobots, "--policy.optimizer_lr_backbone=1e-6").endswith(  # type: ignore[union-attr]
+        "constant, backbone lr 1e-06: lr trains every parameter at --optimizer.lr")
+    assert note("--policy.type=act", "--policy.optimizer_lr_backbone=1e-6").endswith(  # type: ignore[union-attr]
+        " (but for its backbone lr 1e-06: lr trains every parameter at --optimizer.lr)")
+
+
 def test_no_policy_flag_is_the_demo_preset_and_policy_type_act_is_lerobots_defaults() -> None:
     from lr_config import config_to_flags, demo_act, demo_preset_note
 

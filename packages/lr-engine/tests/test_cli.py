@@ -196,3 +196,8 @@ def test_without_policy_flags_the_plan_names_the_demo_preset(demo_dataset):
     lerobot = run_cli(["lr_engine.cli", "train", "--dry_run=true", f"--dataset.root={demo_dataset}", "--policy.type=act"])
     assert lerobot.returncode == 0, lerobot.stderr
     assert "demo preset" not in lerobot.stdout and "policy act: " in lerobot.stdout
+    # LeRobot's ACT under lr's optimizer defaults: the plan says how they differ from lerobot-train's preset
+    assert ("optimizer: adamw lr 0.001, weight decay 0.0001, cosine after 20 warmup steps; lerobot-train's preset for act is adamw "
+            "lr 1e-05, weight decay 0.0001, constant: --optimizer.lr=1e-05 --scheduler.type=constant --scheduler.warmup_steps=0 "
+            "trains as it does") in lerobot.stdout
+    assert "optimizer:" not in proc.stdout  # the demo preset is lr's own

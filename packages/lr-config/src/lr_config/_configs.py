@@ -30,6 +30,7 @@ __all__ = [
     "DEMO_PRESET_FIELDS",
     "demo_act",
     "demo_preset_note",
+    "lerobot_optimizer_note",
     "AcceleratorConfig",
     "ContextParallelConfig",
     "DDPConfig",
@@ -260,6 +261,31 @@ def demo_preset_note(policy: PolicyConfigBase) -> str | None:
         return None
     shown = ", ".join(f"{name}={getattr(preset, name)}" for name in DEMO_PRESET_FIELDS if name != "pretrained_backbone_weights")
     return f"act, demo preset ({shown}, backbone from scratch); --policy.type=act alone gives LeRobot's defaults"
+
+
+def lerobot_optimizer_note(cfg: TrainConfig) -> str | None:
+    """A banner line when the policy carries LeRobot's training preset (ACT's `optimizer_lr`,
+    `optimizer_weight_decay`, `optimizer_lr_backbone`, which `lerobot-train` applies by default)
+    and lr's `--optimizer.*`/`--scheduler.*` train otherwise: what lr uses, what LeRobot would,
+    and the flags that match it. None for the demo preset (lr's own) and when they agree."""
+    policy, opt, sched = cfg.policy, cfg.optimizer, cfg.scheduler
+    lr, decay, backbone = (getattr(policy, name, None) for name in ("optimizer_lr", "optimizer_weight_decay", "optimizer_lr_backbone"))
+    if not isinstance(lr, float) or not isinstance(decay, float) or demo_preset_note(policy) is not None:
+        return None
+    constant = sched.type == "constant" and sched.warmup_steps == 0
+    same_backbone = backbone is None or backbone == lr
+    if opt.type == "adamw" and opt.lr == lr and opt.weight_decay == decay and constant and same_backbone:
+        return None
+    schedule = "constant" if constant else f"{sched.type} after {sched.warmup_steps} warmup steps"
+    text = (f"optimizer: {opt.type} lr {opt.lr:g}, weight decay {opt.weight_decay:g}, {schedule}; lerobot-train's preset for "
+            f"{policy.type_name} is adamw lr {lr:g}, weight decay {decay:g}, constant")
+    if opt.type == "adamw" and opt.lr == lr and opt.weight_decay == decay and constant:
+        return f"{text}, backbone lr {backbone:g}: lr trains every parameter at --optimizer.lr"
+    wanted = [("optimizer.type", opt.type, "adamw"), ("optimizer.lr", opt.lr, lr), ("optimizer.weight_decay", opt.weight_decay, decay),
+              ("scheduler.type", sched.type, "constant"), ("scheduler.warmup_steps", sched.warmup_steps, 0)]
+    flags = " ".join(f"--{name}={value:g}" if isinstance(value, float) else f"--{name}={value}" for name, have, value in wanted if have != value)
+    return (f"{text}: {flags} trains as it does"
+            + ("" if same_backbone else f" (but for its backbone lr {backbone:g}: lr trains every parameter at --optimizer.lr)"))
 
 
 @dataclass

@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 
 import torch
-from lr_config import ConfigError, DEMO_REPO_ID, TrainConfig, banner_line, demo_preset_note, validate
+from lr_config import ConfigError, DEMO_REPO_ID, TrainConfig, banner_line, demo_preset_note, lerobot_optimizer_note, validate
 from torch import nn
 
 from ._data.dataset import demo_meta_without_files, load_meta
@@ -100,6 +100,8 @@ def plan_lines(cfg: TrainConfig, world_size: int) -> list[str]:
     grads = _per_rank_numel(policy, plan, shards, trainable_only=True) * 4
     states = 1 if cfg.optimizer.type == "sgd" else 2
     optim = grads * states
+    if (optimizer := lerobot_optimizer_note(cfg)) is not None:
+        lines.append(optimizer)
     lines.append(
         f"per-rank memory estimate (fp32 master weights, {cfg.optimizer.type}): parameters {_mb(params)}, "
         f"gradients {_mb(grads)}, optimizer {_mb(optim)}, total {_mb(params + grads + optim)}"

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from lr_config import (
     demo_preset_note,
+    lerobot_optimizer_note,
     EvalAggregate,
     MetricsRecord,
     RunStatus,
@@ -143,6 +144,8 @@ def banner(run: Run) -> None:
     log(ctx, f"lr-engine: {cfg.policy.type_name} policy, {total:,} parameters ({trainable:,} trainable) on {ctx.device.type}")
     if (note := demo_preset_note(cfg.policy)) is not None:
         log(ctx, f"policy: {note}")
+    if (optimizer := lerobot_optimizer_note(cfg)) is not None:
+        log(ctx, optimizer)
     log(ctx, banner_line(cfg, ctx.topology))
     if cfg.steps % cfg.grad_accum_steps:
         last_update = cfg.steps - cfg.steps % cfg.grad_accum_steps
