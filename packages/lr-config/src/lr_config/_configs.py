@@ -272,18 +272,18 @@ def lerobot_optimizer_note(cfg: TrainConfig) -> str | None:
     lr, decay, backbone = (getattr(policy, name, None) for name in ("optimizer_lr", "optimizer_weight_decay", "optimizer_lr_backbone"))
     if not isinstance(lr, float) or not isinstance(decay, float) or demo_preset_note(policy) is not None:
         return None
-    constant = sched.type == "constant" and sched.warmup_steps == 0
-    same_backbone = backbone is None or backbone == lr
-    if opt.type == "adamw" and opt.lr == lr and opt.weight_decay == decay and constant and same_backbone:
-        return None
-    schedule = "constant" if constant else f"{sched.type} after {sched.warmup_steps} warmup steps"
-    text = (f"optimizer: {opt.type} lr {opt.lr:g}, weight decay {opt.weight_decay:g}, {schedule}; lerobot-train's preset for "
-            f"{policy.type_name} is adamw lr {lr:g}, weight decay {decay:g}, constant")
-    if opt.type == "adamw" and opt.lr == lr and opt.weight_decay == decay and constant:
-        return f"{text}, backbone lr {backbone:g}: lr trains every parameter at --optimizer.lr"
     wanted = [("optimizer.type", opt.type, "adamw"), ("optimizer.lr", opt.lr, lr), ("optimizer.weight_decay", opt.weight_decay, decay),
               ("scheduler.type", sched.type, "constant"), ("scheduler.warmup_steps", sched.warmup_steps, 0)]
     flags = " ".join(f"--{name}={value:g}" if isinstance(value, float) else f"--{name}={value}" for name, have, value in wanted if have != value)
+    same_backbone = backbone is None or backbone == lr
+    if not flags and same_backbone:
+        return None
+    constant = sched.type == "constant" and sched.warmup_steps == 0
+    schedule = "constant" if constant else f"{sched.type} after {sched.warmup_steps} warmup steps"
+    text = (f"optimizer: {opt.type} lr {opt.lr:g}, weight decay {opt.weight_decay:g}, {schedule}; lerobot-train's preset for "
+            f"{policy.type_name} is adamw lr {lr:g}, weight decay {decay:g}, constant")
+    if not flags:
+        return f"{text}, backbone lr {backbone:g}: lr trains every parameter at --optimizer.lr"
     return (f"{text}: {flags} trains as it does"
             + ("" if same_backbone else f" (but for its backbone lr {backbone:g}: lr trains every parameter at --optimizer.lr)"))
 
