@@ -1,4 +1,4 @@
-"""The Monitor view: the runs found and those of this session, one of them live, and control over them.
+"""The Monitor view: the runs found and those launched or opened in this app, one of them live, and control over them.
 
 The runs table lists, newest first, the runs found under the run roots (`outputs/train`, where
 lr-engine puts a run started without --output_dir, and each `lr-tui --runs=DIR`), and every run
@@ -6,15 +6,15 @@ launched from this TUI or output dir opened (`o`, with folder-name completion), 
 folder opened again by another path, relative or absolute or through a link, is the same row,
 named as it was first): status (`stale`: run.json says running but its pid is gone on this
 host), step, policy type, layout, last loss (`_run_list.RunFinder`, in a thread worker every
-`list_interval` seconds, re-reading only files whose mtime changed) and, for the runs of this
-session, their state as the watcher polls it (`run_state.read_run_state`: also "launch exited
+`list_interval` seconds, re-reading only files whose mtime changed) and, for the runs launched or
+opened in this app, their state as the watcher polls it (`run_state.read_run_state`: also "launch exited
 with code N", and the live processes on the status line: the launcher recorded in
 `logs/launch.json` and the processes below it, else run.json's pid; /proc). Enter on a row
 watches that run; the Checkpoints view opens on the highlighted one (`selected_run`).
 
 A thread worker polls every `poll_interval` seconds: the watched run's `metrics.jsonl`
 (`MetricsTail`) and combined log (`LogWatch`: new lines and their events), and the state
-of every run of this session. The UI thread redraws the charts, the latest values, the status
+of every run launched or opened in this app. The UI thread redraws the charts, the latest values, the status
 line, the events (with what to do about each) and, for a failed run, the tail of its log; the
 new log lines go to the Logs view through `MonitorView.LogUpdate`.
 
@@ -380,8 +380,8 @@ class MonitorView(Vertical):
     # --- drawing -----------------------------------------------------------------------------
 
     def _run_rows(self) -> dict[str, tuple[str, ...]]:
-        """The run list's rows in order (key: the path): the runs of this session not read yet
-        first, then every run found, newest first; the session's runs with their live state."""
+        """The run list's rows in order (key: the path): the runs launched or opened in this app
+        not read yet first, then every run found, newest first; the app's own runs with their live state."""
         found = {info.path: info for info in self.found}
         rows: dict[str, tuple[str, ...]] = {}
         for path in [*(p for p in reversed(self.run_dirs) if p not in found), *found]:
